@@ -1,0 +1,41 @@
+"""cube_jax: CUBE, the cooperative multi-agent block-pushing world, in JAX.
+
+>>> import jax, cube_jax
+>>> env = cube_jax.make(n=4)
+>>> state, ts = env.reset(jax.random.PRNGKey(0))
+>>> state, ts = env.step(state, jax.numpy.zeros(4, jax.numpy.int32))
+>>> ts.reward.shape
+(4,)
+"""
+from cube_jax.env import CubeEnv, layout, make
+from cube_jax.observations import grid_observation
+from cube_jax.scenario import Scenario
+from cube_jax.types import ACTION_NAMES, DOWN, LEFT, NUM_ACTIONS, RIGHT, STAY, UP, EnvConfig, State, TimeStep
+
+
+def parallel_env(*args, **kwargs):
+    """A PettingZoo ``ParallelEnv`` over this world; same options as :func:`make`."""
+    from cube_jax.pettingzoo import CubeParallelEnv
+
+    return CubeParallelEnv(*args, **kwargs)
+
+
+__all__ = [
+    "ACTION_NAMES",
+    "CubeEnv",
+    "DOWN",
+    "EnvConfig",
+    "LEFT",
+    "NUM_ACTIONS",
+    "RIGHT",
+    "STAY",
+    "Scenario",
+    "State",
+    "TimeStep",
+    "UP",
+    "grid_observation",
+    "layout",
+    "make",
+    "parallel_env",
+]
+__version__ = "0.1.0"

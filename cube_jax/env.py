@@ -1,0 +1,252 @@
+"""``CubeEnv`` and ``make``: the public, pure-functional environment.
+
+``env.reset(key)`` and ``env.step(state, actions)`` are jitted once per static
+configuration (grid size, agents, blocks, limits, observation form) and shared by every
+environment with that configuration, so building many scenarios of one size compiles
+once. Both are pure, so ``jax.jit`` and ``jax.vmap`` over them work as usual.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Optional, Tuple, Union
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from cube_jax import generator
+from cube_jax.dynamics import reward_and_flags, step_state
+from cube_jax.observations import OBSERVATION_FORMS, observation_shape, observe
+from cube_jax.scenario import Scenario, load_scenario, render_ascii
+from cube_jax.types import NUM_ACTIONS, EnvConfig, State, TimeStep
+
+
+@dataclasses.dataclass(frozen=True)
+class LayoutSource:
+    """Static description of where reset layouts come from (part of the jit key)."""
+
+    curriculum_n: int = 0  # > 0: draw a fresh n-curriculum layout from the key at every reset
+    weights: Tuple[int, ...] = ()
+
+
+def empty_events(cfg: EnvConfig) -> dict:
+    n, b = cfg.num_agents, cfg.num_blocks
+    return {
+        "block_moved": jnp.zeros((b,), bool),
+        "block_delivered": jnp.zeros((b,), bool),
+        "push_force": jnp.zeros((4, b), jnp.int32),
+        "engaged": jnp.zeros((n,), bool),
+        "agent_moved": jnp.zeros((n,), bool),
+        "delivered_weight": jnp.int32(0),
+    }
+
+
+@functools.partial(jax.jit, static_argnums=(0,))
+def _step(cfg: EnvConfig, state: State, actions: jax.Array) -> Tuple[State, TimeStep]:
+    state, delivered_weight, events = step_state(cfg, state, actions)
+    reward, terminated, truncated = reward_and_flags(cfg, state, delivered_weight)
+    return state, TimeStep(observe(cfg, state), reward, terminated, truncated, events)
+
+
+@functools.partial(jax.jit, static_argnums=(0, 1))
+def _reset(cfg: EnvConfig, source: LayoutSource, pool: dict, key: jax.Array) -> Tuple[State, TimeStep]:
+    key, layout_key = jax.random.split(key)
+    if source.curriculum_n:
+        agent_pos, block_pos, _ = generator.sample_layout(layout_key, source.curriculum_n, source.weights)
+        weight = jnp.asarray(source.weights, jnp.int32)
+    else:
+        i = jax.random.randint(layout_key, (), 0, pool["agent_pos"].shape[0])
+        agent_pos, block_pos, weight = pool["agent_pos"][i], pool["block_pos"][i], pool["block_weight"][i]
+    state = State(
+        agent_pos=agent_pos,
+        block_pos=block_pos,
+        block_weight=weight,
+        block_alive=jnp.ones((cfg.num_blocks,), bool),
+        t=jnp.int32(0),
+        key=key,
+        grid_size=cfg.grid_size,
+    )
+    ts = TimeStep(
+        observation=observe(cfg, state),
+        reward=jnp.zeros((cfg.num_agents,), jnp.float32),
+        terminated=jnp.array(False),
+        truncated=jnp.array(False),
+        extras=empty_events(cfg),
+    )
+    return state, ts
+
+
+class CubeEnv:
+    """A CUBE world family with fixed shapes. Build it with :func:`make`."""
+
+    def __init__(self, cfg: EnvConfig, source: LayoutSource, pool: dict, name: str):
+        self.cfg = cfg
+        self.source = source
+        self.pool = pool  # dict of arrays with a leading layout axis (empty for fresh curriculum draws)
+        self.name = name
+
+    # -- the pure API ----------------------------------------------------------------------
+    def reset(self, key: jax.Array) -> Tuple[State, TimeStep]:
+        """A new episode from ``key``; the key is kept in the state for later resets."""
+        return _reset(self.cfg, self.source, self.pool, key)
+
+    def step(self, state: State, actions: jax.Array) -> Tuple[State, TimeStep]:
+        """One step of DYNAMICS.md for ``actions`` int32[N]; no key and no auto-reset."""
+        return _step(self.cfg, state, actions)
+
+    def observe(self, state: State) -> jax.Array:
+        return observe(self.cfg, state)
+
+    # -- static facts ----------------------------------------------------------------------
+    @property
+    def num_agents(self) -> int:
+        return self.cfg.num_agents
+
+    @property
+    def num_blocks(self) -> int:
+        return self.cfg.num_blocks
+
+    @property
+    def grid_size(self) -> int:
+        return self.cfg.grid_size
+
+    @property
+    def max_steps(self) -> int:
+        return self.cfg.max_steps
+
+    @property
+    def num_actions(self) -> int:
+        return NUM_ACTIONS
+
+    @property
+    def observation_shape(self) -> tuple:
+        return observation_shape(self.cfg)
+
+    def render(self, state: State) -> str:
+        """ASCII map of one (unbatched) state, in the scenario map form."""
+        lay = layout(state)
+        return render_ascii(state.grid_size, lay["agents"], lay["blocks"])
+
+    def __repr__(self) -> str:
+        c = self.cfg
+        return (
+            f"CubeEnv({self.name!r}, grid={c.grid_size}x{c.grid_size}, agents={c.num_agents}, "
+            f"blocks={c.num_blocks}, max_steps={c.max_steps}, observation={c.observation!r})"
+        )
+
+
+def layout(state: State) -> dict:
+    """Plain-Python view of one state: ``{"t", "agents": [(r, c)], "blocks": [(r, c, w, alive)]}``."""
+    agent_pos = np.asarray(state.agent_pos)
+    if agent_pos.ndim != 2:
+        raise ValueError(
+            f"layout: expected one environment's state (agent_pos of shape [N, 2]), got shape {agent_pos.shape}; "
+            "index a batched state first, e.g. jax.tree.map(lambda x: x[0], state)"
+        )
+    block_pos = np.asarray(state.block_pos)
+    weight = np.asarray(state.block_weight)
+    alive = np.asarray(state.block_alive)
+    return {
+        "t": int(state.t),
+        "agents": [(int(r), int(c)) for r, c in agent_pos],
+        "blocks": [(int(r), int(c), int(w), bool(a)) for (r, c), w, a in zip(block_pos, weight, alive)],
+    }
+
+
+def _check_choice(name: str, value, allowed) -> None:
+    if value not in allowed:
+        raise ValueError(f"{name}: got {value!r}, expected one of {tuple(allowed)}")
+
+
+def _check_int(name: str, value, minimum: int) -> None:
+    if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
+
+
+def make(
+    scenario: Union[str, Scenario, None] = None,
+    *,
+    n: Optional[int] = None,
+    num_agents: Optional[int] = None,
+    max_steps: Optional[int] = None,
+    step_cost: Optional[float] = None,
+    deliver_reward: Optional[float] = None,
+    observation: str = "vector",
+    view_radius: int = 3,
+    pool_size: int = 0,
+    pool_seed: int = 0,
+) -> CubeEnv:
+    """Builds a CUBE environment.
+
+    ``make(n=4)``: the n-curriculum (k = max(20, n), n agents, blocks of weight n//2+1 .. 1),
+    a fresh layout drawn from the key at every reset. ``pool_size=P`` instead draws P
+    layouts once (from ``pool_seed``) and has reset pick one by the key, which makes reset
+    a cheap gather (what auto-reset under ``vmap`` pays every step).
+
+    ``make("easy")``, ``make(scenario="hard")``, ``make(scenario=Scenario(...))`` or
+    ``make(scenario="configs/scenarios/x.yaml")``: an exact layout at every reset;
+    ``num_agents`` keeps the scenario's first agents.
+
+    ``observation`` picks the per-agent form (``"vector"``, ``"egocentric"``, ``"grid"``;
+    see :mod:`cube_jax.observations`). Invalid input raises ``ValueError``.
+    """
+    _check_choice("observation", observation, OBSERVATION_FORMS)
+    _check_int("view_radius", view_radius, 1)
+    _check_int("pool_size", pool_size, 0)
+    if (n is None) == (scenario is None):
+        raise ValueError("make: give exactly one of n=<team size> or scenario=<name, path or Scenario>")
+    if n is not None:
+        _check_int("n", n, 1)
+        if num_agents is not None and num_agents != n:
+            raise ValueError(f"make: num_agents={num_agents} contradicts n={n}; the curriculum uses n agents")
+        weights = tuple(generator.block_weights(n))
+        k = generator.grid_size_for(n)
+        name = f"cube-n{n}"
+        num_agents, num_blocks = n, len(weights)
+        default_steps, default_cost, default_reward = generator.default_max_steps(n), 0.01, 1.0
+        if pool_size:
+            keys = jax.random.split(jax.random.PRNGKey(pool_seed), pool_size)
+            agent_pos, block_pos, ok = jax.jit(
+                jax.vmap(lambda kk: generator.sample_layout(kk, n, weights))
+            )(keys)
+            if not bool(np.all(np.asarray(ok))):
+                raise RuntimeError(f"make(n={n}): block placement failed for some pool layouts")
+            pool = {
+                "agent_pos": agent_pos,
+                "block_pos": block_pos,
+                "block_weight": jnp.broadcast_to(jnp.asarray(weights, jnp.int32), (pool_size, len(weights))),
+            }
+            source = LayoutSource()
+        else:
+            pool = {}
+            source = LayoutSource(curriculum_n=n, weights=weights)
+    else:
+        if pool_size:
+            raise ValueError("make: pool_size applies to the n-curriculum only; a scenario has one layout")
+        sc = load_scenario(scenario, num_agents=num_agents)
+        name, k = sc.name, sc.grid_size
+        num_agents, num_blocks = len(sc.agents), len(sc.blocks)
+        weights = tuple(w for _, _, w in sc.blocks)
+        default_steps, default_cost, default_reward = sc.max_steps, sc.step_cost, sc.deliver_reward
+        pool = {
+            "agent_pos": jnp.asarray([sc.agents], jnp.int32),
+            "block_pos": jnp.asarray([[(r, c) for r, c, _ in sc.blocks]], jnp.int32),
+            "block_weight": jnp.asarray([weights], jnp.int32),
+        }
+        source = LayoutSource()
+    max_steps = default_steps if max_steps is None else max_steps
+    _check_int("max_steps", max_steps, 1)
+    cfg = EnvConfig(
+        grid_size=k,
+        num_agents=num_agents,
+        num_blocks=num_blocks,
+        max_steps=int(max_steps),
+        step_cost=float(default_cost if step_cost is None else step_cost),
+        deliver_reward=float(default_reward if deliver_reward is None else deliver_reward),
+        observation=observation,
+        view_radius=int(view_radius),
+        max_weight=max(weights),
+    )
+    return CubeEnv(cfg, source, pool, name)
+
