@@ -5,262 +5,366 @@ movement phase. Everything is computed on entity arrays (``N`` agents, ``B``
 blocks) rather than on ``K x K`` occupancy grids, so a step costs O(N^2 + B^2)
 independent of the grid size:
 
-* agent chains are resolved by pointer jumping: every pusher points at the pusher
-  on the cell ahead of it, or at the block there; ``ceil(log2 N)`` rounds of
-  ``ptr = ptr[ptr]`` take every pusher to the end of its line;
-* block chains ``C(j)`` are the reflexive-transitive closure of the "in front of"
-  relation, computed by repeated squaring on ``uint32`` bit rows (``B <= 32``) or
-  on a boolean matrix (larger ``B``);
-* composites are the connected components of pushed blocks whose ``C`` sets
-  overlap, found by the same doubling idea;
-* the movement phase resolves blocked movers by pointer jumping along "the agent
-  standing on my target", which follows lines of movers to their leader and
-  leaves rotations moving.
+* agent chains: the pushers standing in a line ahead of each agent are counted with a
+  bit row per agent (``N <= 32``) or by pointer jumping (larger ``N``);
+* composites: the pushed blocks plus everything downstream of them through "in front
+  of" (a bit set grown hop by hop), split into connected components of the contact graph
+  by doubling on ``uint32`` bit rows (``B <= 32``) or boolean matrix products (larger B);
+* movement: blocked movers are resolved by iterating the rule to its fixed point (small
+  N) or by pointer jumping along "the agent standing on my target".
 
-No Python branch depends on a traced value, so ``step`` jits and vmaps.
+Layout. The kernel works on arrays whose LAST axis runs over environments: agent rows
+are ``int32[N, E]``, pair relations ``bool[N, B, E]`` and so on. Reductions then run over
+leading (entity) axes and vectorise across environments; with the environment axis first,
+XLA on CPU reduces each tiny entity axis separately and is an order of magnitude slower.
+:func:`step_state` accepts one state or a batch with any leading axes and moves the
+environment axis last internally; :func:`batched_step` is the same function with a
+``jax.vmap`` rule that sends the whole batch through the kernel at once.
+
+No Python branch depends on a traced value, so everything jits and vmaps.
 """
 from __future__ import annotations
 
+import functools
+import math
 from typing import Dict, Tuple
 
 import jax
 import jax.numpy as jnp
 from jax import lax
+from jax.custom_batching import custom_vmap
+from jax.experimental.layout import Layout, with_layout_constraint
 
 from cube_jax.types import ACTION_DELTAS, DOWN, PUSH_ORDER, RIGHT, UP, EnvConfig, State
 
-# Bit rows are used for block relations while every block fits in one uint32 word.
+# Bit rows are used for relations while every block (agent) fits in one uint32 word.
 BITSET_MAX_BLOCKS = 32
+BITSET_MAX_AGENTS = 32
+# Up to this many agents the blocked-mover rule is iterated to its fixed point directly;
+# above it, pointer jumping needs fewer rounds.
+FIXPOINT_MAX_AGENTS = 8
 
 
 def ceil_log2(x: int) -> int:
-    """Smallest r with 2**r >= x (0 for x <= 1): pointer-jumping rounds for paths of x hops."""
+    """Smallest r with 2**r >= x (0 for x <= 1): doubling rounds for paths of x hops."""
     return max(0, int(x) - 1).bit_length()
 
 
-def square_contains(top_left: jax.Array, weight: jax.Array, cells: jax.Array) -> jax.Array:
-    """bool[M, B]: whether cell ``m`` (int32[M, 2]) lies in the w x w square of block ``b``."""
-    r, c = cells[:, 0:1], cells[:, 1:2]
-    br, bc, w = top_left[None, :, 0], top_left[None, :, 1], weight[None, :]
-    return (r >= br) & (r < br + w) & (c >= bc) & (c < bc + w)
-
-
-def block_in_front(block_pos: jax.Array, weight: jax.Array, alive: jax.Array, d: int) -> jax.Array:
-    """bool[B, B]: ``[j, k]`` is True when alive block k is in front of alive block j in direction d.
-
-    Blocks never overlap, so "some cell of k is a cell of j shifted by d" means k's near
-    face lies on the line just past j's far face and the two squares overlap across d.
-    """
-    along = 0 if d in (UP, DOWN) else 1
-    across = 1 - along
-    a, x, w = block_pos[:, along], block_pos[:, across], weight
-    if d in (DOWN, RIGHT):
-        touching = a[None, :] == a[:, None] + w[:, None]
-    else:
-        touching = a[None, :] + w[None, :] == a[:, None]
-    overlap = (x[None, :] < x[:, None] + w[:, None]) & (x[:, None] < x[None, :] + w[None, :])
-    return touching & overlap & alive[:, None] & alive[None, :]
-
-
-# --- block relations: bit rows (B <= 32) ---------------------------------------------------
+# --- bit sets ------------------------------------------------------------------------------
 
 
 def _or_reduce(x: jax.Array, axis: int) -> jax.Array:
     return lax.reduce(x, jnp.uint32(0), lax.bitwise_or, (axis,))
 
 
-def _bits_to_matrix(rows: jax.Array) -> jax.Array:
-    """uint32[B] bit rows -> bool[B, B] membership matrix."""
-    b = rows.shape[0]
-    return ((rows[:, None] >> jnp.arange(b, dtype=jnp.uint32)[None, :]) & 1).astype(bool)
+def _bit_weights(b: int) -> jax.Array:
+    return jnp.left_shift(jnp.uint32(1), jnp.arange(b, dtype=jnp.uint32))
 
 
-def _matrix_to_bits(m: jax.Array) -> jax.Array:
-    b = m.shape[-1]
-    bit = jnp.left_shift(jnp.uint32(1), jnp.arange(b, dtype=jnp.uint32))
-    return jnp.where(m, bit[None, :], jnp.uint32(0)).sum(axis=-1, dtype=jnp.uint32)
+def _set_to_bits(m: jax.Array) -> jax.Array:
+    """bool[B, E] -> uint32[E]."""
+    return jnp.where(m, _bit_weights(m.shape[0])[:, None], jnp.uint32(0)).sum(0, dtype=jnp.uint32)
 
 
-def _composites_bits(front: jax.Array, pushed: jax.Array) -> jax.Array:
-    """bool[B, B]: row j is the composite containing pushed block j (empty row if not pushed)."""
+def _rows_to_bits(m: jax.Array) -> jax.Array:
+    """bool[X, B, E] -> uint32[X, E]: row x has bit k set where m[x, k]."""
+    return jnp.where(m, _bit_weights(m.shape[1])[None, :, None], jnp.uint32(0)).sum(1, dtype=jnp.uint32)
+
+
+def _bits_to_set(v: jax.Array, b: int) -> jax.Array:
+    """uint32[E] -> bool[B, E]."""
+    return ((v[None, :] >> jnp.arange(b, dtype=jnp.uint32)[:, None]) & 1).astype(bool)
+
+
+def _bits_to_rows(rows: jax.Array, b: int) -> jax.Array:
+    """uint32[X, E] -> bool[X, B, E]."""
+    return ((rows[:, None, :] >> jnp.arange(b, dtype=jnp.uint32)[None, :, None]) & 1).astype(bool)
+
+
+# --- composites ----------------------------------------------------------------------------
+#
+# The blocks that can move in a phase are V = the pushed blocks plus everything downstream
+# of them through "in front of". Inside V, two blocks that touch along d are always in the
+# same composite (the one in front is downstream of whatever pushed block reaches the one
+# behind), and two pushed blocks whose C sets share a block are joined through that block.
+# So the composites are exactly the connected components of the contact graph inside V.
+
+
+def _composites_bits(front: jax.Array, pushed: jax.Array) -> Tuple[jax.Array, jax.Array]:
     b = front.shape[0]
-    rows = _matrix_to_bits(front | jnp.eye(b, dtype=bool))  # C(j) reached in one hop
-    for _ in range(ceil_log2(b - 1) if b > 1 else 0):  # paths of up to B-1 hops
-        rows = _or_reduce(jnp.where(_bits_to_matrix(rows), rows[None, :], jnp.uint32(0)), 1)
-    comp = jnp.where(pushed, rows, jnp.uint32(0))
-    for _ in range(ceil_log2(b)):  # components of the overlap graph, diameter < B
-        touches = ((comp[:, None] & comp[None, :]) != 0) & pushed[None, :]
-        comp = _or_reduce(jnp.where(touches, comp[None, :], jnp.uint32(0)), 1)
-    return _bits_to_matrix(comp)
+    front_rows = _rows_to_bits(front)  # uint32[B, E]
+    movable = _set_to_bits(pushed)  # uint32[E]
+    for _ in range(b - 1):  # chains of "in front of" have at most B-1 hops
+        movable = movable | _or_reduce(jnp.where(_bits_to_set(movable, b), front_rows, jnp.uint32(0)), 0)
+    in_v = _bits_to_set(movable, b)  # bool[B, E]
+    eye = jnp.eye(b, dtype=bool)[:, :, None]
+    touch = (front | jnp.swapaxes(front, 0, 1) | eye) & in_v[:, None] & in_v[None]
+    comp = _rows_to_bits(touch)  # uint32[B, E]
+    for _ in range(ceil_log2(b - 1)):  # doubling: paths of up to B-1 hops
+        comp = _or_reduce(jnp.where(_bits_to_rows(comp, b), comp[None], jnp.uint32(0)), 1)
+    return _bits_to_rows(comp, b), in_v
 
 
-# --- block relations: boolean matrices (any B) ---------------------------------------------
-
-
-def _bool_product(a: jax.Array, b: jax.Array) -> jax.Array:
-    return (a.astype(jnp.float32) @ b.astype(jnp.float32)) > 0.5
-
-
-def _composites_dense(front: jax.Array, pushed: jax.Array) -> jax.Array:
+def _composites_dense(front: jax.Array, pushed: jax.Array) -> Tuple[jax.Array, jax.Array]:
     b = front.shape[0]
-    reach = front | jnp.eye(b, dtype=bool)
-    for _ in range(ceil_log2(b - 1) if b > 1 else 0):
-        reach = _bool_product(reach, reach)
-    comp = reach & pushed[:, None]
-    for _ in range(ceil_log2(b)):
-        touches = _bool_product(comp, comp.T) & pushed[None, :]
-        comp = _bool_product(touches, comp)
-    return comp
+    movable = pushed
+    for _ in range(b - 1):
+        movable = movable | (movable[:, None] & front).any(0)
+    eye = jnp.eye(b, dtype=bool)[:, :, None]
+    touch = (front | jnp.swapaxes(front, 0, 1) | eye) & movable[:, None] & movable[None]
+    for _ in range(ceil_log2(b - 1)):
+        t = touch.astype(jnp.float32)
+        touch = jnp.einsum("xye,yze->xze", t, t) > 0.5
+    return touch, movable
 
 
-def composites(front: jax.Array, pushed: jax.Array) -> jax.Array:
-    """bool[B, B]: ``[j, x]`` is True when block x belongs to the composite of pushed block j.
+def composites(front: jax.Array, pushed: jax.Array) -> Tuple[jax.Array, jax.Array]:
+    """Composite membership for one push phase.
 
-    ``C(j)`` is j plus every block reachable through "in front of"; two pushed blocks
-    whose C sets share a block are in one composite, whose blocks are the union of its
-    members' C sets.
+    ``front`` bool[B, B, E]: ``[j, k]`` when block k is in front of block j; ``pushed``
+    bool[B, E]: blocks with force > 0. Returns ``member`` bool[B, B, E] (``[x, y]`` when x
+    and y are in the same composite) and ``in_composite`` bool[B, E].
     """
     if front.shape[0] <= BITSET_MAX_BLOCKS:
         return _composites_bits(front, pushed)
     return _composites_dense(front, pushed)
 
 
-# --- phases -------------------------------------------------------------------------------
+# --- geometry ------------------------------------------------------------------------------
 
 
-def agent_chains(agent_pos, pusher, block_pos, weight, alive, d) -> jax.Array:
-    """int32[N]: the block each agent pushes through its chain in direction d, or B if none.
+def _index_of(match: jax.Array) -> jax.Array:
+    """int32[M, E]: the index of the (at most one) True entry along axis 1 of ``match`` [M, X, E]."""
+    idx = jnp.arange(match.shape[1], dtype=jnp.int32)[None, :, None]
+    return jnp.where(match, idx, 0).sum(1, dtype=jnp.int32)
 
-    A pusher's chain runs forward through consecutive cells holding pushers; it is a chain
-    on block j when the first cell past the pushers is a cell of alive block j.
+
+def _in_squares(r, c, br, bc, w) -> jax.Array:
+    """bool[M, B, E]: cell (r[m], c[m]) lies in the w x w square of block b."""
+    r, c = r[:, None], c[:, None]
+    return (r >= br[None]) & (r < (br + w)[None]) & (c >= bc[None]) & (c < (bc + w)[None])
+
+
+def block_in_front(br, bc, w, alive, d: int) -> jax.Array:
+    """bool[B, B, E]: ``[j, k]`` when alive block k is in front of alive block j in direction d.
+
+    Blocks never overlap, so "some cell of k is a cell of j shifted by d" means k's near
+    face lies on the line just past j's far face and the two squares overlap across d.
     """
-    n, b = agent_pos.shape[0], block_pos.shape[0]
-    ahead = agent_pos + jnp.asarray(ACTION_DELTAS[d], jnp.int32)
-    pusher_ahead = jnp.all(ahead[:, None, :] == agent_pos[None, :, :], axis=-1) & pusher[None, :]
-    block_ahead = square_contains(block_pos, weight, ahead) & alive[None, :]
-    ptr = jnp.where(
-        pusher_ahead.any(1),
-        jnp.argmax(pusher_ahead, 1),
-        jnp.where(block_ahead.any(1), n + jnp.argmax(block_ahead, 1), n + b),
-    )
-    ptr = jnp.where(pusher, ptr, n + b).astype(jnp.int32)
-    # Entries n..n+b are the blocks and n+b is "no chain"; they point at themselves.
-    table = jnp.concatenate([ptr, jnp.arange(n, n + b + 1, dtype=jnp.int32)])
+    a, x = (br, bc) if d in (UP, DOWN) else (bc, br)
+    if d in (DOWN, RIGHT):
+        touching = a[None] == (a + w)[:, None]
+    else:
+        touching = (a + w)[None] == a[:, None]
+    overlap = (x[None] < (x + w)[:, None]) & (x[:, None] < (x + w)[None])
+    return touching & overlap & alive[:, None] & alive[None]
+
+
+def _pushers_ahead(ar, ac, pusher, d: int) -> jax.Array:
+    """int32[N, E]: how many consecutive cells ahead of each agent, in d, hold pushers."""
+    n = ar.shape[0]
+    dr, dc = ACTION_DELTAS[d]
+    if dr:
+        same_line, dist = ac[None] == ac[:, None], (ar[None] - ar[:, None]) * dr
+    else:
+        same_line, dist = ar[None] == ar[:, None], (ac[None] - ac[:, None]) * dc
+    if n <= BITSET_MAX_AGENTS:
+        # Bit (dist-1) is set for every pusher at that distance ahead; the run of ones from
+        # bit 0 is the line of pushers in front of the agent (count trailing ones).
+        ahead = same_line & pusher[None] & (dist >= 1) & (dist <= 32)
+        shift = jnp.clip(dist - 1, 0, 31).astype(jnp.uint32)
+        bits = jnp.where(ahead, jnp.left_shift(jnp.uint32(1), shift), jnp.uint32(0)).sum(1, dtype=jnp.uint32)
+        gaps = ~bits
+        return lax.population_count((gaps & (jnp.uint32(0) - gaps)) - jnp.uint32(1)).astype(jnp.int32)
+    # Pointer jumping: each agent points at the pusher right ahead of it (or at itself) and
+    # counts hops; ceil(log2 N) rounds of ptr = ptr[ptr] reach the end of every line.
+    nxt = same_line & pusher[None] & (dist == 1)
+    has = nxt.any(1)
+    ptr = jnp.where(has, _index_of(nxt), jnp.arange(n, dtype=jnp.int32)[:, None])
+    hops = has.astype(jnp.int32)
     for _ in range(ceil_log2(n)):
-        table = table[table]
-    return table[:n] - n
+        hops = hops + jnp.take_along_axis(hops, ptr, axis=0)
+        ptr = jnp.take_along_axis(ptr, ptr, axis=0)
+    return hops
 
 
-def push_phase(cfg: EnvConfig, d: int, actions, agent_pos, block_pos, weight, alive, engaged, moved):
-    """One push phase in direction d. Returns the updated arrays and this phase's force per block."""
+# --- phases --------------------------------------------------------------------------------
+
+
+def push_phase(cfg: EnvConfig, d: int, actions, ar, ac, br, bc, w, alive, engaged, moved):
+    """One push phase in direction d on [X, E] arrays; returns them updated and F per block."""
     k = cfg.grid_size
-    b = block_pos.shape[0]
-    delta = jnp.asarray(ACTION_DELTAS[d], jnp.int32)
+    dr, dc = ACTION_DELTAS[d]
+    pusher = actions == d
 
-    chain_block = agent_chains(agent_pos, actions == d, block_pos, weight, alive, d)
-    in_chain = chain_block < b
-    on_block = chain_block[:, None] == jnp.arange(b)[None, :]  # bool[N, B]
-    force = on_block.sum(0, dtype=jnp.int32)  # F_j
-    pushed = force > 0
+    # Agent chains: the first cell past a pusher's line of pushers must be a cell of block j.
+    run = _pushers_ahead(ar, ac, pusher, d) + 1
+    hit = _in_squares(ar + dr * run, ac + dc * run, br, bc, w) & alive[None] & pusher[:, None]  # [N, B, E]
+    force = hit.sum(0, dtype=jnp.int32)  # F_j  [B, E]
 
-    member = composites(block_in_front(block_pos, weight, alive, d), pushed)  # bool[B, B]
-    target = block_pos + delta
-    outside = (target < 0).any(1) | (target + weight[:, None] > k).any(1)
-    agent_ahead = square_contains(target, weight, agent_pos).any(0)
-    cannot_move = moved | outside | agent_ahead  # bool[B]
+    member, in_composite = composites(block_in_front(br, bc, w, alive, d), force > 0)
+    tr, tc = br + dr, bc + dc
+    outside = (tr < 0) | (tc < 0) | (tr + w > k) | (tc + w > k)
+    agent_ahead = _in_squares(ar, ac, tr, tc, w).any(0)
+    cannot_move = moved | outside | agent_ahead  # [B, E]
+    total_force = jnp.where(member, force[None], 0).sum(1)
+    total_weight = jnp.where(member, w[None], 0).sum(1)
+    blocked = (member & cannot_move[None]).any(1)
+    block_moves = in_composite & (total_force >= total_weight) & ~blocked  # [B, E]
+    agent_moves = (hit & block_moves[None]).any(1)  # [N, E]
 
-    total_force = jnp.where(member, force[None, :], 0).sum(1)
-    total_weight = jnp.where(member, weight[None, :], 0).sum(1)
-    blocked = (member & cannot_move[None, :]).any(1)
-    composite_moves = pushed & (total_force >= total_weight) & ~blocked  # per pushed block j
-    block_moves = (member & composite_moves[:, None]).any(0)  # bool[B]
-    agent_moves = (on_block & block_moves[None, :]).any(1)  # bool[N]
-
-    block_pos = block_pos + jnp.where(block_moves[:, None], delta, 0)
-    agent_pos = agent_pos + jnp.where(agent_moves[:, None], delta, 0)
-    return agent_pos, block_pos, engaged | in_chain, moved | block_moves, force
-
-
-def delivered_blocks(cfg: EnvConfig, block_pos, weight, alive) -> jax.Array:
-    """bool[B]: alive blocks with a cell in the goal column K-1."""
-    return alive & (block_pos[:, 1] + weight - 1 >= cfg.grid_size - 1)
+    step_b, step_a = block_moves.astype(jnp.int32), agent_moves.astype(jnp.int32)
+    return (
+        ar + dr * step_a,
+        ac + dc * step_a,
+        br + dr * step_b,
+        bc + dc * step_b,
+        engaged | hit.any(1),
+        moved | block_moves,
+        force,
+    )
 
 
-def movement_phase(cfg: EnvConfig, actions, agent_pos, block_pos, weight, alive, engaged):
+def movement_phase(cfg: EnvConfig, actions, ar, ac, br, bc, w, alive, engaged):
     """Moves every agent that is not engaged and not STAY, by rules 1-5 of DYNAMICS.md."""
-    n, k = agent_pos.shape[0], cfg.grid_size
-    deltas = jnp.asarray(ACTION_DELTAS, jnp.int32)
+    n, k = ar.shape[0], cfg.grid_size
+    tr = ar + jnp.where(actions == 1, -1, jnp.where(actions == 2, 1, 0))
+    tc = ac + jnp.where(actions == 3, -1, jnp.where(actions == 4, 1, 0))
     mover = ~engaged & (actions != 0)
-    target = agent_pos + deltas[actions]
 
     # 1. walls and alive blocks
-    outside = ((target < 0) | (target >= k)).any(1)
-    into_block = (square_contains(block_pos, weight, target) & alive[None, :]).any(1)
+    outside = (tr < 0) | (tr >= k) | (tc < 0) | (tc >= k)
+    into_block = (_in_squares(tr, tc, br, bc, w) & alive[None]).any(1)
     mover = mover & ~outside & ~into_block
     # 2. same target: the smallest id keeps its move
     ids = jnp.arange(n)
-    same = jnp.all(target[:, None, :] == target[None, :, :], -1) & mover[None, :] & (ids[None, :] < ids[:, None])
+    lower_id = (ids[None, :] < ids[:, None])[:, :, None]
+    same = (tr[:, None] == tr[None]) & (tc[:, None] == tc[None]) & mover[None] & lower_id
     mover = mover & ~same.any(1)
     # 3. swaps
-    on_my_target = jnp.all(target[:, None, :] == agent_pos[None, :, :], -1)  # [i, j]: j stands on i's target
-    swap = (on_my_target & on_my_target.T & mover[None, :]).any(1)
-    mover = mover & ~swap
-    # 4. blocked, to a fixed point: follow "who stands on my target" to the end of the line.
-    # Targets of movers are distinct now, so every path is a simple line or a rotation.
-    free, stuck = n, n + 1
-    occupied = on_my_target.any(1)
-    occupant = jnp.argmax(on_my_target, 1)
-    ptr = jnp.where(occupied, jnp.where(mover[occupant], occupant, stuck), free)
-    ptr = jnp.where(mover, ptr, stuck).astype(jnp.int32)
-    table = jnp.concatenate([ptr, jnp.array([free, stuck], jnp.int32)])
-    for _ in range(ceil_log2(n)):
-        table = table[table]
-    # 5. everyone left moves at once (rotations never reach a terminal and move)
-    moves = mover & (table[:n] != stuck)
-    return jnp.where(moves[:, None], target, agent_pos), moves
+    on_target = (tr[:, None] == ar[None]) & (tc[:, None] == ac[None])  # [i, j]: j stands on i's target
+    mover = mover & ~(on_target & jnp.swapaxes(on_target, 0, 1) & mover[None]).any(1)
+    # 4. blocked, to a fixed point. Movers' targets are distinct now, so following "who stands
+    # on my target" gives simple lines (ending at a free cell or a stuck agent) and rotations
+    # (which never end, and move).
+    if n <= FIXPOINT_MAX_AGENTS:
+        for _ in range(n - 1):
+            mover = mover & ~(on_target & ~mover[None]).any(1)
+    else:
+        free, stuck = n, n + 1
+        occupant = _index_of(on_target)
+        occupant_moves = jnp.take_along_axis(mover, occupant, axis=0)
+        ptr = jnp.where(on_target.any(1), jnp.where(occupant_moves, occupant, stuck), free)
+        ptr = jnp.where(mover, ptr, stuck).astype(jnp.int32)
+        ends = jnp.broadcast_to(jnp.array([[free], [stuck]], jnp.int32), (2,) + ptr.shape[1:])
+        table = jnp.concatenate([ptr, ends], axis=0)
+        for _ in range(ceil_log2(n)):
+            table = jnp.take_along_axis(table, table, axis=0)
+        mover = mover & (table[:n] != stuck)
+    # 5. everyone left moves at once
+    return jnp.where(mover, tr, ar), jnp.where(mover, tc, ac)
 
 
-def step_state(cfg: EnvConfig, state: State, actions: jax.Array) -> Tuple[State, jax.Array, Dict[str, jax.Array]]:
-    """Applies one step. Returns the new state, the delivered value D and the step events."""
-    actions = jnp.asarray(actions).astype(jnp.int32)
+def step_kernel(cfg: EnvConfig, ar, ac, br, bc, w, alive, actions):
+    """One step on environment-last arrays (``[N, E]``, ``[B, E]``).
+
+    Returns the new ``(ar, ac, br, bc, alive)`` and the step events.
+    """
     actions = jnp.where((actions >= 0) & (actions <= 4), actions, 0)  # out of range -> STAY
-    agent_pos, block_pos = state.agent_pos, state.block_pos
-    weight, alive = state.block_weight, state.block_alive
-    engaged = jnp.zeros(agent_pos.shape[0], bool)
-    moved = jnp.zeros(block_pos.shape[0], bool)
-    start_pos = agent_pos
-
+    start_r, start_c = ar, ac
+    engaged = jnp.zeros(ar.shape, bool)
+    moved = jnp.zeros(br.shape, bool)
     forces = []
     for d in PUSH_ORDER:
-        agent_pos, block_pos, engaged, moved, force = push_phase(
-            cfg, d, actions, agent_pos, block_pos, weight, alive, engaged, moved
-        )
+        ar, ac, br, bc, engaged, moved, force = push_phase(cfg, d, actions, ar, ac, br, bc, w, alive, engaged, moved)
+        # Phase boundaries: left to itself XLA fuses across phases and recomputes work.
+        ar, ac, br, bc, engaged, moved, force = lax.optimization_barrier((ar, ac, br, bc, engaged, moved, force))
         forces.append(force)
-        # Only a RIGHT push can bring a block into column K-1 (no alive block touches it
-        # otherwise), so delivering after the RIGHT phase is the same as after every phase.
-        if d == RIGHT:
-            delivered = delivered_blocks(cfg, block_pos, weight, alive)
-            alive = alive & ~delivered
-
-    agent_pos, _ = movement_phase(cfg, actions, agent_pos, block_pos, weight, alive, engaged)
-    delivered_weight = jnp.where(delivered, weight, 0).sum(dtype=jnp.int32)
-    new_state = state.replace(agent_pos=agent_pos, block_pos=block_pos, block_alive=alive, t=state.t + 1)
+    # Only a RIGHT push can bring a block into column K-1 (no alive block touches it
+    # otherwise), and RIGHT is the last push phase, so delivering here is the same as
+    # delivering after every phase.
+    delivered = alive & (bc + w - 1 >= cfg.grid_size - 1)
+    alive = alive & ~delivered
+    ar, ac = movement_phase(cfg, actions, ar, ac, br, bc, w, alive, engaged)
     events = {
         "block_moved": moved,  # bool[B] moved by a push this step
         "block_delivered": delivered,  # bool[B] delivered this step
         "push_force": jnp.stack(forces),  # int32[4, B] F_j per push phase (UP, DOWN, LEFT, RIGHT)
         "engaged": engaged,  # bool[N] agents that were in a chain this step
-        "agent_moved": jnp.any(agent_pos != start_pos, axis=1),  # bool[N]
-        "delivered_weight": delivered_weight,  # int32[] sum of weights delivered this step
+        "agent_moved": (ar != start_r) | (ac != start_c),  # bool[N]
+        "delivered_weight": jnp.where(delivered, w, 0).sum(0, dtype=jnp.int32),  # int32[] weight delivered
     }
-    return new_state, delivered_weight, events
+    return (ar, ac, br, bc, alive), events
+
+
+def _env_minor(x: jax.Array) -> jax.Array:
+    """``x`` with a row-major physical layout (its last, environment, axis minor)."""
+    return with_layout_constraint(x, Layout(tuple(range(x.ndim))))
+
+
+def step_state(cfg: EnvConfig, state: State, actions: jax.Array) -> Tuple[State, jax.Array, Dict[str, jax.Array]]:
+    """Applies one step to a state, or to a batch of states with any leading axes.
+
+    Returns the new state, the delivered weight (int32 per environment) and the step
+    events (see :func:`step_kernel`), all with the state's leading axes.
+    """
+    lead = state.t.shape
+    e = math.prod(lead)
+
+    def env_last(x: jax.Array, tail: int) -> jax.Array:
+        x = jnp.reshape(x, (e,) + x.shape[x.ndim - tail :])
+        return jnp.moveaxis(x, 0, -1)
+
+    def env_first(x: jax.Array) -> jax.Array:
+        x = jnp.moveaxis(x, -1, 0)
+        return jnp.reshape(x, lead + x.shape[1:])
+
+    pos = env_last(state.agent_pos, 2)
+    bpos = env_last(state.block_pos, 2)
+    acts = env_last(jnp.broadcast_to(jnp.asarray(actions), lead + state.agent_pos.shape[-2:-1]), 1)
+    inputs = (pos[:, 0], pos[:, 1], bpos[:, 0], bpos[:, 1])
+    inputs += (env_last(state.block_weight, 1), env_last(state.block_alive, 1), acts.astype(jnp.int32))
+    # Pin the environment axis as the physically minor one. Left free, XLA turns the
+    # transposes into layout changes and the kernel runs environment-major again.
+    (ar, ac, br, bc, alive), events = step_kernel(cfg, *map(_env_minor, inputs))
+    (ar, ac, br, bc, alive), events = jax.tree.map(_env_minor, ((ar, ac, br, bc, alive), events))
+    new_state = state.replace(
+        agent_pos=env_first(jnp.stack([ar, ac], axis=1)),
+        block_pos=env_first(jnp.stack([br, bc], axis=1)),
+        block_alive=env_first(alive),
+        t=state.t + 1,
+    )
+    events = {name: env_first(value) for name, value in events.items()}
+    return new_state, events["delivered_weight"], events
+
+
+@functools.lru_cache(maxsize=None)
+def batched_step(cfg: EnvConfig):
+    """``step_state`` for one environment whose ``jax.vmap`` runs the whole batch in one kernel."""
+
+    @custom_vmap
+    def step(state: State, actions: jax.Array):
+        return step_state(cfg, state, actions)
+
+    @step.def_vmap
+    def _vmap_rule(axis_size, in_batched, state, actions):
+        state_batched, actions_batched = in_batched
+
+        def batch(x, is_batched):
+            return x if is_batched else jnp.broadcast_to(x, (axis_size,) + jnp.shape(x))
+
+        state = jax.tree.map(batch, state, state_batched)
+        out = step_state(cfg, state, batch(actions, actions_batched))
+        return out, jax.tree.map(lambda _: True, out)
+
+    return step
 
 
 def reward_and_flags(cfg: EnvConfig, state: State, delivered_weight: jax.Array):
     """Shared reward ``-step_cost + D / N`` and the episode flags for a state after a step."""
     d_value = delivered_weight.astype(jnp.float32) * jnp.float32(cfg.deliver_reward)
     r = jnp.float32(-cfg.step_cost) + d_value / jnp.float32(cfg.num_agents)
-    reward = jnp.full((cfg.num_agents,), r, jnp.float32)
-    terminated = ~jnp.any(state.block_alive)
+    reward = jnp.broadcast_to(r[..., None], r.shape + (cfg.num_agents,))
+    terminated = ~jnp.any(state.block_alive, axis=-1)
     truncated = (state.t >= cfg.max_steps) & ~terminated
     return reward, terminated, truncated

@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from cube_jax import generator
-from cube_jax.dynamics import reward_and_flags, step_state
+from cube_jax.dynamics import batched_step, reward_and_flags
 from cube_jax.observations import OBSERVATION_FORMS, observation_shape, observe
 from cube_jax.scenario import Scenario, load_scenario, render_ascii
 from cube_jax.types import NUM_ACTIONS, EnvConfig, State, TimeStep
@@ -44,7 +44,7 @@ def empty_events(cfg: EnvConfig) -> dict:
 
 @functools.partial(jax.jit, static_argnums=(0,))
 def _step(cfg: EnvConfig, state: State, actions: jax.Array) -> Tuple[State, TimeStep]:
-    state, delivered_weight, events = step_state(cfg, state, actions)
+    state, delivered_weight, events = batched_step(cfg)(state, jnp.asarray(actions, jnp.int32))
     reward, terminated, truncated = reward_and_flags(cfg, state, delivered_weight)
     return state, TimeStep(observe(cfg, state), reward, terminated, truncated, events)
 

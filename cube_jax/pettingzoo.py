@@ -1,0 +1,247 @@
+"""A PettingZoo ``ParallelEnv`` over a CUBE world.
+
+>>> import cube_jax
+>>> env = cube_jax.parallel_env("easy")
+>>> obs, infos = env.reset(seed=0)
+>>> env.agents
+['agent_0', 'agent_1']
+>>> obs, rewards, terminations, truncations, infos = env.step({"agent_0": 4, "agent_1": 0})
+>>> round(rewards["agent_0"], 6), terminations["agent_0"], infos["agent_0"]["moved"]
+(-0.01, False, True)
+
+Agent ``i`` of the JAX world is ``"agent_i"``. All agents share one episode: they finish
+together (every block delivered, or ``max_steps`` reached), after which ``agents`` is empty
+and the next call must be ``reset``; there is no auto-reset.
+
+``infos[agent]`` holds the agent's events of the last step: ``"engaged"`` (in a pushing
+chain), ``"moved"`` (changed cell), and the team's ``"blocks_delivered"`` (ids delivered
+this step), ``"delivered_weight"`` and ``"t"`` (steps taken). ``reset`` reports the same keys
+with nothing happened.
+
+Each ``step`` runs the world's jitted ``step`` once, packs what the dicts need into one array
+(a second, tiny jitted call) and copies that to the host in one transfer. ``jax_state``
+exposes the JAX ``State`` for symbolic tools; ``state()`` is the five-channel grid.
+"""
+from __future__ import annotations
+
+from typing import Any, Dict, Optional, Tuple
+
+import gymnasium
+import jax
+import jax.numpy as jnp
+import numpy as np
+from pettingzoo import ParallelEnv
+
+from cube_jax.env import make
+from cube_jax.observations import grid_observation
+from cube_jax.render import render_rgb, render_text
+from cube_jax.types import NUM_ACTIONS, State, TimeStep
+
+RENDER_MODES = ("human", "ansi", "rgb_array")
+# PRNGKey keeps only the low 32 bits of a seed (without x64), so larger or negative seeds
+# would silently repeat smaller ones; they are refused instead.
+MAX_SEED = 2**32 - 1
+
+# The grid state for centralised critics; jitted once per grid size.
+_grid_observation = jax.jit(grid_observation)
+
+
+@jax.jit
+def _pack_step_result(ts: TimeStep, t: jax.Array) -> jax.Array:
+    """float32[N * obs + 3N + B + 4]: what the adapter reads after a step, in one array.
+
+    One host copy of one array costs a fraction of copying the timestep's dozen leaves one
+    by one. Layout: observations (flattened), reward[N], engaged[N], agent_moved[N],
+    block_delivered[B], then terminated, truncated, delivered_weight, t (all small integers,
+    exact in float32).
+    """
+    events = ts.extras
+    scalars = jnp.stack([ts.terminated, ts.truncated, events["delivered_weight"], t]).astype(jnp.float32)
+    parts = [ts.observation.reshape(-1), ts.reward, events["engaged"], events["agent_moved"], events["block_delivered"]]
+    return jnp.concatenate([part.astype(jnp.float32) for part in parts] + [scalars])
+
+
+def agent_name(i: int) -> str:
+    return f"agent_{i}"
+
+
+class CubeParallelEnv(ParallelEnv):
+    """CUBE as a PettingZoo ``ParallelEnv``; ``make_args``/``make_kwargs`` go to :func:`cube_jax.make`."""
+
+    metadata = {
+        "name": "cube_jax_v0",
+        "render_modes": list(RENDER_MODES),
+        "render_fps": 4,
+        "is_parallelizable": True,
+    }
+
+    def __init__(self, *make_args, render_mode: Optional[str] = None, **make_kwargs):
+        if render_mode is not None and render_mode not in RENDER_MODES:
+            raise ValueError(f"render_mode: got {render_mode!r}, expected None or one of {RENDER_MODES}")
+        self.render_mode = render_mode
+        self.world = make(*make_args, **make_kwargs)
+        cfg = self.world.cfg
+        self.possible_agents = [agent_name(i) for i in range(cfg.num_agents)]
+        self.agents = []
+        self._agent_index = {name: i for i, name in enumerate(self.possible_agents)}
+        per_agent_shape = tuple(self.world.observation_shape[1:])
+        self.observation_spaces = {
+            name: gymnasium.spaces.Box(-np.inf, np.inf, shape=per_agent_shape, dtype=np.float32)
+            for name in self.possible_agents
+        }
+        self.action_spaces = {name: gymnasium.spaces.Discrete(NUM_ACTIONS) for name in self.possible_agents}
+        self.state_space = _grid_state_space(cfg.grid_size, cfg.num_agents, cfg.num_blocks, cfg.max_weight)
+        # Seeds episodes started with reset(seed=None); reset(seed=s) re-seeds it from s, so a
+        # seeded run of several episodes repeats exactly.
+        self._seed_rng = np.random.default_rng()
+        self._state: Optional[State] = None
+
+    # -- spaces ----------------------------------------------------------------------------
+    def observation_space(self, agent: str) -> gymnasium.spaces.Box:
+        return self.observation_spaces[self._check_agent_name(agent, "observation_space")]
+
+    def action_space(self, agent: str) -> gymnasium.spaces.Discrete:
+        return self.action_spaces[self._check_agent_name(agent, "action_space")]
+
+    # -- episode ---------------------------------------------------------------------------
+    def reset(
+        self, seed: Optional[int] = None, options: Optional[dict] = None
+    ) -> Tuple[Dict[str, np.ndarray], Dict[str, dict]]:
+        """Starts an episode; ``seed`` becomes ``jax.random.PRNGKey(seed)``. ``options`` is unused."""
+        if seed is None:
+            seed = int(self._seed_rng.integers(0, MAX_SEED, endpoint=True))
+        else:
+            if (
+                not isinstance(seed, (int, np.integer))
+                or isinstance(seed, (bool, np.bool_))
+                or not 0 <= seed <= MAX_SEED
+            ):
+                raise ValueError(f"reset: seed must be None or an integer in 0..{MAX_SEED}, got {seed!r}")
+            seed = int(seed)
+            self._seed_rng = np.random.default_rng(seed)
+        self._state, ts = self.world.reset(jax.random.PRNGKey(seed))
+        self.agents = self.possible_agents[:]
+        obs, _, _, _, infos = self._to_host(ts, self._state)
+        if self.render_mode == "human":
+            self.render()
+        return obs, infos
+
+    def step(self, actions: Dict[str, Any]):
+        """One step for ``actions`` ``{agent: int in 0..4}`` covering every live agent."""
+        if not self.agents:
+            raise RuntimeError(
+                "step: no live agents: the episode has ended or reset() was never called; call reset() first"
+            )
+        action_array = self._action_array(actions)  # int32[N]
+        self._state, ts = self.world.step(self._state, action_array)
+        result = self._to_host(ts, self._state)
+        if result[2][self.agents[0]] or result[3][self.agents[0]]:
+            self.agents = []
+        if self.render_mode == "human":
+            self.render()
+        return result
+
+    # -- views -----------------------------------------------------------------------------
+    @property
+    def jax_state(self) -> State:
+        """The underlying (unbatched) JAX ``State`` of the current episode."""
+        return self._require_state("jax_state")
+
+    def state(self) -> np.ndarray:
+        """float32[K, K, 5]: the papers' five-channel grid (``cube_jax.grid_observation``)."""
+        return np.asarray(_grid_observation(self._require_state("state")))
+
+    def render(self):
+        if self.render_mode is None:
+            gymnasium.logger.warn(
+                "You are calling render method without specifying any render mode. You can specify the render_mode "
+                f'at initialization, e.g. cube_jax.parallel_env(..., render_mode="rgb_array"); modes: {RENDER_MODES}'
+            )
+            return None
+        state = self._require_state("render")
+        if self.render_mode == "rgb_array":
+            return render_rgb(state)
+        text = render_text(state)
+        if self.render_mode == "ansi":
+            return text
+        print(text + "\n")
+        return None
+
+    def close(self) -> None:
+        # Nothing is held open: rendering draws into fresh arrays and prints.
+        self._state = None
+        self.agents = []
+
+    def __repr__(self) -> str:
+        return f"CubeParallelEnv({self.world!r}, render_mode={self.render_mode!r})"
+
+    # -- conversions -----------------------------------------------------------------------
+    def _action_array(self, actions: Dict[str, Any]) -> np.ndarray:
+        if not isinstance(actions, dict):
+            raise ValueError(f"step: actions must be a dict {{agent name: int}}, got {type(actions).__name__}")
+        for name in actions:
+            if name not in self._agent_index:
+                raise ValueError(f"step: unknown agent {name!r}; agents are {self.possible_agents}")
+        out = np.zeros((len(self.possible_agents),), np.int32)
+        for name in self.agents:
+            if name not in actions:
+                raise ValueError(f"step: no action for live agent {name!r}; every live agent needs one")
+            value = actions[name]
+            if isinstance(value, np.ndarray) and value.shape == () and np.issubdtype(value.dtype, np.integer):
+                value = value.item()  # a 0-d integer array, as some samplers return
+            if not isinstance(value, (int, np.integer)) or isinstance(value, (bool, np.bool_)):
+                raise ValueError(
+                    f"step: action for {name!r} must be an int in 0..{NUM_ACTIONS - 1}, got {value!r} "
+                    f"({type(value).__name__})"
+                )
+            if not 0 <= value < NUM_ACTIONS:
+                raise ValueError(f"step: action for {name!r} must be in 0..{NUM_ACTIONS - 1}, got {value!r}")
+            out[self._agent_index[name]] = value
+        return out
+
+    def _to_host(self, ts: TimeStep, state: State):
+        """Per-agent dicts of plain Python values, from a single device-to-host copy."""
+        n, b = len(self.possible_agents), self.world.num_blocks
+        flat = np.asarray(_pack_step_result(ts, state.t))  # float32[N * obs + 3N + B + 4]
+        obs_size = flat.size - 3 * n - b - 4
+        obs = flat[:obs_size].reshape((n,) + self.world.observation_shape[1:]).copy()  # writable rows
+        reward, engaged, moved, delivered_mask, flags = np.split(
+            flat[obs_size:], np.cumsum([n, n, n, b])
+        )
+        terminated, truncated = bool(flags[0]), bool(flags[1])
+        delivered = tuple(int(j) for j in np.flatnonzero(delivered_mask))
+        delivered_weight, t = int(flags[2]), int(flags[3])
+        names = self.possible_agents
+        observations = {name: obs[i] for i, name in enumerate(names)}
+        rewards = dict(zip(names, reward.tolist()))
+        terminations = dict.fromkeys(names, terminated)
+        truncations = dict.fromkeys(names, truncated)
+        infos = {
+            name: {
+                "engaged": e,
+                "moved": m,
+                "blocks_delivered": delivered,
+                "delivered_weight": delivered_weight,
+                "t": t,
+            }
+            for name, e, m in zip(names, (engaged > 0).tolist(), (moved > 0).tolist())
+        }
+        return observations, rewards, terminations, truncations, infos
+
+    def _require_state(self, what: str) -> State:
+        if self._state is None:
+            raise RuntimeError(f"{what}: no episode yet; call reset() first")
+        return self._state
+
+    def _check_agent_name(self, agent: str, what: str) -> str:
+        if agent not in self._agent_index:
+            raise ValueError(f"{what}: unknown agent {agent!r}; agents are {self.possible_agents}")
+        return agent
+
+
+def _grid_state_space(grid_size: int, num_agents: int, num_blocks: int, max_weight: int) -> gymnasium.spaces.Box:
+    """Box over ``grid_observation``: channel maxima are 1, max weight, 1, N (agent id + 1), B (block id + 1)."""
+    high = np.broadcast_to(
+        np.asarray([1, max_weight, 1, num_agents, num_blocks], np.float32), (grid_size, grid_size, 5)
+    )
+    return gymnasium.spaces.Box(np.zeros_like(high), high.copy(), dtype=np.float32)
