@@ -297,9 +297,17 @@ def step_kernel(cfg: EnvConfig, ar, ac, br, bc, w, alive, actions):
     return (ar, ac, br, bc, alive), events
 
 
+@custom_vmap
 def _env_minor(x: jax.Array) -> jax.Array:
     """``x`` with a row-major physical layout (its last, environment, axis minor)."""
     return with_layout_constraint(x, Layout(tuple(range(x.ndim))))
+
+
+@_env_minor.def_vmap
+def _env_minor_vmap(axis_size, in_batched, x):
+    # Under a further vmap (e.g. seeds x envs) the constraint is dropped: batched, it
+    # produced wrong values inside jit. The outer axis is major anyway.
+    return x, in_batched[0]
 
 
 def step_state(cfg: EnvConfig, state: State, actions: jax.Array) -> Tuple[State, jax.Array, Dict[str, jax.Array]]:

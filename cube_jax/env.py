@@ -116,6 +116,13 @@ class CubeEnv:
         return self.cfg.max_steps
 
     @property
+    def max_weight(self) -> int:
+        """The heaviest block weight any reset of this environment can produce."""
+        if self.source.curriculum_n:
+            return max(self.source.weights)
+        return int(np.max(np.asarray(self.pool["block_weight"])))
+
+    @property
     def num_actions(self) -> int:
         return NUM_ACTIONS
 
@@ -246,7 +253,6 @@ def make(
         deliver_reward=float(default_reward if deliver_reward is None else deliver_reward),
         observation=observation,
         view_radius=int(view_radius),
-        max_weight=max(weights),
     )
     return CubeEnv(cfg, source, pool, name)
 

@@ -5,13 +5,13 @@ axis first, and every one telling an agent which one it is:
 
 ``"vector"`` (default) ``float32[N, N + 3 + 5B + 2N]``, per agent ``i``:
     ``[one_hot(i) (N), own row/(K-1), own col/(K-1), t/max_steps,
-    per block b (B x 5): (row_b - row_i)/K, (col_b - col_i)/K, w_b/max_weight, alive_b,
+    per block b (B x 5): (row_b - row_i)/K, (col_b - col_i)/K, w_b/(heaviest block weight), alive_b,
     (K-1 - right column of b)/K,  per agent j (N x 2): (row_j - row_i)/K, (col_j - col_i)/K]``.
     Delivered blocks have all five block features set to 0. Size grows with N and B,
     not with K.
 ``"egocentric"`` ``float32[N, 4 (2r+1)^2 + 3 + N]`` with ``r = view_radius``: a
     ``(2r+1) x (2r+1)`` window centred on the agent with 4 channels (agent, block
-    weight / max_weight, wall (outside the grid), goal column), flattened row-major as
+    weight / heaviest block weight, wall (outside the grid), goal column), flattened row-major as
     ``[row, col, channel]``, then own row/(K-1), own col/(K-1), t/max_steps and
     ``one_hot(i)``. Size does not grow with K; this is the form for large n.
 ``"grid"`` ``float32[N, K, K, 6]``: the five channels plus a sixth marking the agent's
@@ -37,6 +37,7 @@ def _block_cover(state: State, k: int):
     return rows, cols
 
 
+@jax.jit
 def grid_observation(state: State) -> jax.Array:
     """float32[K, K, 5]: the papers' five channels (DYNAMICS.md), zero elsewhere.
 
@@ -76,7 +77,7 @@ def vector_observation(cfg: EnvConfig, state: State) -> jax.Array:
     per_block = jnp.concatenate(
         [
             rel_blocks,
-            jnp.broadcast_to((w / cfg.max_weight)[None, :, None], (n, b, 1)),
+            jnp.broadcast_to((w / jnp.max(w))[None, :, None], (n, b, 1)),
             jnp.ones((n, b, 1), jnp.float32),
             jnp.broadcast_to(to_goal[None, :, None], (n, b, 1)),
         ],
@@ -92,7 +93,8 @@ def vector_observation(cfg: EnvConfig, state: State) -> jax.Array:
 def egocentric_observation(cfg: EnvConfig, state: State) -> jax.Array:
     k, r = cfg.grid_size, cfg.view_radius
     rows, cols = _block_cover(state, k)
-    weight = jnp.einsum("rb,cb,b->rc", rows, cols, state.block_weight.astype(jnp.float32)) / cfg.max_weight
+    w = state.block_weight.astype(jnp.float32)
+    weight = jnp.einsum("rb,cb,b->rc", rows, cols, w) / jnp.max(w)
     ar, ac = state.agent_pos[:, 0], state.agent_pos[:, 1]
     agent = jnp.zeros((k, k), jnp.float32).at[ar, ac].set(1.0)
     goal = jnp.zeros((k, k), jnp.float32).at[:, k - 1].set(1.0)

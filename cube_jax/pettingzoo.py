@@ -90,7 +90,7 @@ class CubeParallelEnv(ParallelEnv):
             for name in self.possible_agents
         }
         self.action_spaces = {name: gymnasium.spaces.Discrete(NUM_ACTIONS) for name in self.possible_agents}
-        self.state_space = _grid_state_space(cfg.grid_size, cfg.num_agents, cfg.num_blocks, cfg.max_weight)
+        self.state_space = _grid_state_space(cfg.grid_size, cfg.num_agents, cfg.num_blocks, self.world.max_weight)
         # Seeds episodes started with reset(seed=None); reset(seed=s) re-seeds it from s, so a
         # seeded run of several episodes repeats exactly.
         self._seed_rng = np.random.default_rng()

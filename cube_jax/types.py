@@ -66,4 +66,3 @@ class EnvConfig:
     deliver_reward: float = 1.0
     observation: str = "vector"
     view_radius: int = 3
-    max_weight: int = 1

@@ -28,6 +28,7 @@ OFFSETS = {
     LEFT: (0, -1),
     RIGHT: (0, 1),
 }
+OPPOSITE = {UP: DOWN, DOWN: UP, LEFT: RIGHT, RIGHT: LEFT}
 
 Cell = tuple[int, int]
 
@@ -38,7 +39,8 @@ class World:
 
     agents: ``(row, col)`` per agent; the index is the agent id.
     blocks: ``[row, col, weight, alive]`` per block (top-left cell); the index is
-        the block id. A delivered block keeps its last position but covers no cell.
+        the block id. A delivered block keeps its last position but covers no cell;
+        the spec gives a delivered block no position, so the tests never compare it.
     """
 
     K: int
@@ -123,7 +125,8 @@ def step(world: World, actions) -> tuple[World, list[float], bool, bool, dict]:
 
     movement_phase(world, actions, engaged)
 
-    # Reward, termination, truncation.
+    # Reward, termination, truncation. Python floats are float64; the JAX side
+    # evaluates the same formula in float32, so the tests compare with atol 1e-6.
     reward = -world.step_cost + D / N
     rewards = [reward] * N
     world.t += 1

@@ -7,9 +7,10 @@ Both sides step the same actions and must agree after every step on agent cells,
 blocks, rewards, flags, ``t`` and the five-channel grid.
 
 The environment compiles once per static configuration (grid size, agent count, block
-count, max_steps, step_cost, deliver_reward), so worlds are drawn from a short fixed
-list of ``SHAPES`` and never change their counts: a placement that does not fit is
-rejected, not shrunk.
+count, max_steps, step_cost, deliver_reward, and the heaviest block weight), so worlds
+are drawn from a short fixed list of ``SHAPES`` and never change any of these: a
+placement that does not fit is rejected, not shrunk, and the last block of every world
+has the shape's heaviest weight.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, assume, given, note, settings
+from hypothesis import assume, given, note, settings
 from hypothesis import strategies as st
 
 from tests import reference as ref
@@ -37,15 +38,21 @@ class Shape:
     max_steps: int
     step_cost: float
     deliver_reward: float
+    max_weight: int
 
 
 # Small grids crowd the walls; max_steps of 8 and 12 let truncation happen within a run.
 SHAPES = (
-    Shape(K=6, n_agents=3, n_blocks=3, max_steps=12, step_cost=0.01, deliver_reward=1.0),
-    Shape(K=7, n_agents=2, n_blocks=2, max_steps=8, step_cost=0.05, deliver_reward=2.0),
-    Shape(K=8, n_agents=5, n_blocks=4, max_steps=100, step_cost=0.01, deliver_reward=1.0),
-    Shape(K=10, n_agents=10, n_blocks=6, max_steps=15, step_cost=0.02, deliver_reward=0.5),
-    Shape(K=12, n_agents=8, n_blocks=8, max_steps=200, step_cost=0.1, deliver_reward=1.5),
+    Shape(K=6, n_agents=3, n_blocks=3, max_steps=12, step_cost=0.01, deliver_reward=1.0,
+          max_weight=2),
+    Shape(K=7, n_agents=2, n_blocks=2, max_steps=8, step_cost=0.05, deliver_reward=2.0,
+          max_weight=3),
+    Shape(K=8, n_agents=5, n_blocks=4, max_steps=100, step_cost=0.01, deliver_reward=1.0,
+          max_weight=2),
+    Shape(K=10, n_agents=10, n_blocks=6, max_steps=15, step_cost=0.02, deliver_reward=0.5,
+          max_weight=3),
+    Shape(K=12, n_agents=8, n_blocks=8, max_steps=200, step_cost=0.1, deliver_reward=1.5,
+          max_weight=3),
 )
 
 
@@ -91,7 +98,23 @@ class JaxRun:
         }
 
     def grid(self):
-        return np.asarray(self._cube_jax.grid_observation(self.state))
+        return np.asarray(jitted_grid_observation()(self.state))
+
+
+def jitted_grid_observation():
+    """``cube_jax.grid_observation`` under ``jax.jit``: one compile per shape instead of
+    an op-by-op dispatch (about 10 ms) at every compared step."""
+    global _GRID_OBSERVATION
+    if _GRID_OBSERVATION is None:
+        import jax
+
+        import cube_jax
+
+        _GRID_OBSERVATION = jax.jit(cube_jax.grid_observation)
+    return _GRID_OBSERVATION
+
+
+_GRID_OBSERVATION = None
 
 
 def describe(world: ref.World, history) -> str:
@@ -166,18 +189,55 @@ def fits_block(K, occupied, r, c, w) -> bool:
     return all((r + i, c + k) not in occupied for i in range(w) for k in range(w))
 
 
-def place_blocks(rnd: random.Random, K: int, n_blocks: int):
+def touching_block(rnd: random.Random, block, w: int, d: int):
+    """Top-left of a w x w block touching ``block`` on its side facing direction d."""
+    br, bc, bw = block
+    off = rnd.randint(-(w - 1), bw - 1)
+    return {
+        U: (br - w, bc + off),
+        D: (br + bw, bc + off),
+        L: (br + off, bc - w),
+        R: (br + off, bc + bw),
+    }[d]
+
+
+def face_cells(block, d: int) -> list:
+    """The cells from which an agent pushing in direction d pushes ``block``."""
+    br, bc, bw = block
+    return {
+        U: [(br + bw, bc + k) for k in range(bw)],
+        D: [(br - 1, bc + k) for k in range(bw)],
+        L: [(br + k, bc + bw) for k in range(bw)],
+        R: [(br + k, bc - 1) for k in range(bw)],
+    }[d]
+
+
+def some_direction(rnd: random.Random, main: int) -> int:
+    return main if rnd.random() < 0.6 else rnd.choice(DIRECTIONS)
+
+
+def place_blocks(rnd: random.Random, K: int, n_blocks: int, main: int, max_weight: int):
+    """Blocks that often touch each other, mostly one after another along ``main``.
+
+    Half the time the first blocks form a convoy: a front block with up to two light
+    blocks touching its back face, so that pushes along ``main`` make composites.
+    """
     blocks, occupied = [], set()
-    for _ in range(n_blocks):
-        for _attempt in range(40):
-            w = rnd.choices((1, 2, 3), weights=(5, 3, 2))[0]
-            if blocks and rnd.random() < 0.6:
-                # Touching an earlier block on a random side, at a random offset along it.
-                br, bc, bw = rnd.choice(blocks)
-                off = rnd.randint(-(w - 1), bw - 1)
-                r, c = rnd.choice(
-                    [(br + off, bc + bw), (br + off, bc - w), (br + bw, bc + off), (br - w, bc + off)]
-                )
+    convoy = rnd.random() < 0.5
+    for j in range(n_blocks):
+        for attempt in range(40):
+            if j == n_blocks - 1:
+                w = max_weight
+            else:
+                w = rnd.choices((1, 2, 3)[:max_weight], weights=(6, 3, 2)[:max_weight])[0]
+            if convoy and j == 0 and j < n_blocks - 1:
+                w = rnd.choice((1, 2))
+                r, c = rnd.randint(0, K - w), rnd.randint(0, K - 1 - w)
+            elif convoy and 0 < j < min(3, n_blocks - 1) and attempt < 20:
+                w = rnd.choices((1, 2), weights=(3, 1))[0]
+                r, c = touching_block(rnd, blocks[0], w, ref.OPPOSITE[main])
+            elif blocks and rnd.random() < 0.65:
+                r, c = touching_block(rnd, rnd.choice(blocks), w, some_direction(rnd, main))
             else:
                 r, c = rnd.randint(0, K - w), rnd.randint(0, K - 1 - w)
                 # Against a wall now and then, so pushes into walls happen.
@@ -197,44 +257,78 @@ def place_blocks(rnd: random.Random, K: int, n_blocks: int):
     return blocks
 
 
-def place_agents(rnd: random.Random, K: int, blocks, n_agents: int):
+def place_agents(rnd: random.Random, K: int, blocks, n_agents: int, main: int):
+    """Agents on block faces, in lines behind each other, in 2 x 2 squares, or anywhere.
+
+    Half the time a crew comes first: lines of agents on the faces from which
+    pushing along ``main`` pushes the first three blocks.
+    """
     occupied = {(r + i, c + k) for r, c, w in blocks for i in range(w) for k in range(w)}
     agents = []
-    for _ in range(n_agents):
+
+    def free(cell):
+        return 0 <= cell[0] < K and 0 <= cell[1] < K and cell not in occupied
+
+    def add(cells):
+        agents.extend(cells)
+        occupied.update(cells)
+
+    if rnd.random() < 0.5:
+        back = ref.OPPOSITE[main]
+        for block in blocks[:3]:
+            for cell in face_cells(block, main):
+                # A line of one to three agents on this face cell.
+                for depth in range(3):
+                    stop = rnd.random() < 0.1 + 0.3 * depth
+                    if stop or len(agents) == n_agents or not free(cell):
+                        break
+                    add([cell])
+                    cell = ref.shifted(cell, back)
+
+    while len(agents) < n_agents:
         for _attempt in range(40):
             mode = rnd.random()
-            if mode < 0.5:
-                # On a face cell of a block, ready to push it.
-                br, bc, bw = rnd.choice(blocks)
-                off = rnd.randint(0, bw - 1)
-                cell = rnd.choice(
-                    [(br + off, bc - 1), (br + off, bc + bw), (br - 1, bc + off), (br + bw, bc + off)]
-                )
-            elif mode < 0.8 and agents:
-                # Next to an earlier agent, so lines of agents form.
-                ar, ac = rnd.choice(agents)
-                dr, dc = ref.OFFSETS[rnd.choice(DIRECTIONS)]
-                cell = (ar + dr, ac + dc)
+            if mode < 0.45:
+                cells = [rnd.choice(face_cells(rnd.choice(blocks), some_direction(rnd, main)))]
+            elif mode < 0.75 and agents:
+                # Behind an earlier agent, so lines of pushers form.
+                d = some_direction(rnd, main)
+                cells = [ref.shifted(rnd.choice(agents), ref.OPPOSITE[d])]
+            elif mode < 0.85 and n_agents - len(agents) >= 4:
+                # A 2 x 2 square of agents, the smallest group that can rotate.
+                r, c = rnd.randint(0, K - 2), rnd.randint(0, K - 2)
+                cells = [(r, c), (r, c + 1), (r + 1, c + 1), (r + 1, c)]
             else:
-                cell = (rnd.randint(0, K - 1), rnd.randint(0, K - 1))
-            if 0 <= cell[0] < K and 0 <= cell[1] < K and cell not in occupied:
-                agents.append(cell)
-                occupied.add(cell)
+                cells = [(rnd.randint(0, K - 1), rnd.randint(0, K - 1))]
+            if all(free(cell) for cell in cells):
+                add(cells)
                 break
         else:
             return None
     return agents
 
 
+@dataclass
+class Episode:
+    world: ref.World
+    main: int  # the direction most pushes of this episode go
+    seed: int  # seeds the actions; the repro printed on failure lists them anyway
+
+
+# Placement and actions use a plain seeded ``random.Random``: its draws are uniform, so
+# the rates at which the rules above fire (tuned by hand) hold in every run, which
+# hypothesis-driven draws, biased towards simple values, did not keep.
 @st.composite
-def worlds(draw):
+def episodes(draw):
     shape = draw(st.sampled_from(SHAPES))
-    rnd = draw(st.randoms(use_true_random=False))
-    blocks = place_blocks(rnd, shape.K, shape.n_blocks)
+    main = draw(st.sampled_from(DIRECTIONS))
+    seed = draw(st.integers(0, 2**32 - 1))
+    rnd = random.Random(seed)
+    blocks = place_blocks(rnd, shape.K, shape.n_blocks, main, shape.max_weight)
     assume(blocks is not None)
-    agents = place_agents(rnd, shape.K, blocks, shape.n_agents)
+    agents = place_agents(rnd, shape.K, blocks, shape.n_agents, main)
     assume(agents is not None)
-    return ref.World(
+    world = ref.World(
         K=shape.K,
         agents=agents,
         blocks=[[r, c, w, True] for r, c, w in blocks],
@@ -242,20 +336,34 @@ def worlds(draw):
         step_cost=shape.step_cost,
         deliver_reward=shape.deliver_reward,
     )
+    return Episode(world, main, seed)
 
 
-def choose_actions(rnd: random.Random, world: ref.World) -> list[int]:
+# Moves that turn a 2 x 2 square of agents (top-left, top-right, bottom-right,
+# bottom-left) clockwise and anticlockwise.
+ROTATIONS = ((R, D, L, U), (D, L, U, R))
+
+
+def rotate_squares(rnd: random.Random, world: ref.World, actions: list[int]) -> None:
+    agents_at = ref.agent_occupancy(world)
+    for r, c in world.agents:
+        square = [(r, c), (r, c + 1), (r + 1, c + 1), (r + 1, c)]
+        if all(cell in agents_at for cell in square) and rnd.random() < 0.7:
+            for cell, a in zip(square, rnd.choice(ROTATIONS)):
+                actions[agents_at[cell]] = a
+
+
+def choose_actions(rnd: random.Random, world: ref.World, main: int) -> list[int]:
     """Mostly pushes into a neighbouring block or agent; some random and out-of-range actions."""
     blocks_at = ref.block_occupancy(world)
     agents_at = ref.agent_occupancy(world)
-    common = rnd.choice(DIRECTIONS) if rnd.random() < 0.2 else None
+    team = rnd.random() < 0.35  # a step where most agents push the episode's main way
     actions = []
-    for i, cell in enumerate(world.agents):
+    for cell in world.agents:
         x = rnd.random()
-        if common is not None and x < 0.8:
-            actions.append(common)
-            continue
-        if x < 0.55:
+        if team and x < 0.9:
+            actions.append(main)
+        elif x < 0.55:
             near = [
                 d for d in DIRECTIONS
                 if ref.shifted(cell, d) in blocks_at or ref.shifted(cell, d) in agents_at
@@ -265,6 +373,8 @@ def choose_actions(rnd: random.Random, world: ref.World) -> list[int]:
             actions.append(rnd.randint(0, 4))
         else:
             actions.append(rnd.choice(OUT_OF_RANGE))
+    if rnd.random() < 0.15:
+        rotate_squares(rnd, world, actions)
     # Agents behind a pusher often join it, so lines of pushers form.
     for _ in range(2):
         for i, cell in enumerate(world.agents):
@@ -276,15 +386,12 @@ def choose_actions(rnd: random.Random, world: ref.World) -> list[int]:
     return actions
 
 
-@settings(
-    max_examples=80,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
-)
-@given(world=worlds(), rnd=st.randoms(use_true_random=False), n_steps=st.integers(10, 20))
-def test_jax_matches_reference_on_random_worlds(world, rnd, n_steps):
-    note(describe(world, []))
-    compare_episode(world, [lambda w: choose_actions(rnd, w)] * n_steps)
+@settings(max_examples=80, deadline=None)
+@given(episode=episodes(), n_steps=st.integers(10, 20))
+def test_jax_matches_reference_on_random_worlds(episode, n_steps):
+    note(describe(episode.world, []))
+    rnd = random.Random(episode.seed + 1)
+    compare_episode(episode.world, [lambda w: choose_actions(rnd, w, episode.main)] * n_steps)
 
 
 # --------------------------------------------------------------------------- pinned cases
@@ -395,6 +502,35 @@ PINNED = [
         . . . . . . . .
         . . . . . 4 c .
         . . . . . . 3 .
+        . . . . . . . .
+        """,
+        -0.01,
+    ),
+    Pinned(
+        # Blocks pushed towards each other across a one-cell gap: the earlier phase wins.
+        # Row 2: LEFT comes before RIGHT, so b closes the gap first and a's composite
+        # {a, b} holds a moved block. Column 6: UP comes before DOWN, so d closes the gap
+        # and c's composite {c, d} cannot move.
+        "earlier_phase_closes_gap_first",
+        """
+        . . . . . . 5 .
+        . . . . . . 3 .
+        2 1 a . b 0 c .
+        . . . . . . . .
+        . . . . . . d .
+        . . . . . . 4 .
+        . . . . . . . .
+        . . . . . . . .
+        """,
+        [L, R, R, D, U, D],
+        """
+        . . . . . . 5 .
+        . . . . . . 3 .
+        2 1 a b 0 . c .
+        . . . . . . d .
+        . . . . . . 4 .
+        . . . . . . . .
+        . . . . . . . .
         . . . . . . . .
         """,
         -0.01,

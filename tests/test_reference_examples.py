@@ -97,7 +97,7 @@ def run_jax(K, agents, blocks, action_seq, max_steps=100, step_cost=0.01, delive
                 rewards=[float(x) for x in np.asarray(ts.reward)],
                 terminated=bool(ts.terminated),
                 truncated=bool(ts.truncated),
-                grid=np.asarray(cube_jax.grid_observation(state)),
+                grid=np.asarray(jax.jit(cube_jax.grid_observation)(state)),
             )
         )
     return outcomes
@@ -128,6 +128,8 @@ class Example:
     actions: list
     expect_agents: list
     expect_blocks: list  # (row, col, weight, alive)
+    expect_reward: float = -0.01  # every agent's; -step_cost when nothing is delivered
+    expect_terminated: bool = False
 
 
 # A scenario needs at least one block: examples about agents alone get a block far away.
@@ -198,6 +200,7 @@ EXAMPLES = [
         "delivery_terminates",
         6, [(2, 3), (0, 0)], [(2, 4, 1)], [R, S],
         [(2, 4), (0, 0)], [(2, 5, 1, False)],
+        expect_reward=-0.01 + 1 / 2, expect_terminated=True,
     ),
     Example(
         "up_phase_before_right_phase",
@@ -220,9 +223,6 @@ EXAMPLES = [
     ),
 ]
 
-NOTHING_DELIVERED = -0.01
-
-
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("ex", EXAMPLES, ids=lambda ex: ex.name)
 def test_worked_example(ex, backend):
@@ -230,12 +230,8 @@ def test_worked_example(ex, backend):
     assert out.t == 1
     assert out.agents == ex.expect_agents
     assert_blocks(out.blocks, ex.expect_blocks)
-    if ex.name == "delivery_terminates":
-        np.testing.assert_allclose(out.rewards, [-0.01 + 1 / 2] * 2, rtol=0, atol=1e-6)
-        assert out.terminated is True
-    else:
-        np.testing.assert_allclose(out.rewards, [NOTHING_DELIVERED] * len(ex.agents), rtol=0, atol=1e-6)
-        assert out.terminated is False
+    np.testing.assert_allclose(out.rewards, [ex.expect_reward] * len(ex.agents), rtol=0, atol=1e-6)
+    assert out.terminated is ex.expect_terminated
     assert out.truncated is False
 
 

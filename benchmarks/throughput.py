@@ -1,0 +1,367 @@
+"""Throughput of the CUBE step: env-steps/s against the number of envs and n.
+
+Prints tables and writes ``benchmarks/results/throughput.json`` and a plot next to it.
+Every figure comes from this one run, so ratios between rows are meaningful even on a
+shared, noisy machine; absolute numbers are not.
+
+    python benchmarks/throughput.py            # full sweep (several minutes on 2 CPU cores)
+    python benchmarks/throughput.py --quick    # small sweep, for a smoke check
+
+Sections
+  dynamics    random actions, no reset, no observation: the step rules alone
+  reference   the plain-Python reference of DYNAMICS.md (tests/reference.py), one env
+  training    auto-reset (layout pool) + per-agent observations consumed, beside
+              Jumanji's LevelBasedForaging (20x20, 4 agents, 4 food) treated the same way
+  reset       cost of a reset alone: fresh curriculum draw vs pool gather
+  large       one jitted step of one env at large n (latency)
+Memory is XLA's own estimate for the compiled rollout (arguments + outputs + temporaries).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import random
+import sys
+import time
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import cube_jax
+from cube_jax.wrappers import AutoResetWrapper
+
+ROOT = Path(__file__).resolve().parents[1]
+ACTION_TABLE = 16  # rollouts cycle through this many pre-drawn joint actions
+
+
+def _positive_ints(text: str) -> list:
+    try:
+        values = [int(v) for v in text.split(",") if v]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"expected positive integers, got {text!r}")
+    return values
+
+
+def _time(fn, *args, repeats: int):
+    """(compile seconds, best seconds per call) of a jitted function."""
+    t0 = time.perf_counter()
+    jax.block_until_ready(fn(*args))
+    compile_s = time.perf_counter() - t0
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        jax.block_until_ready(fn(*args))
+        best = min(best, time.perf_counter() - t0)
+    return compile_s, best
+
+
+def _memory_bytes(fn, *args) -> int:
+    analysis = fn.lower(*args).compile().memory_analysis()
+    if analysis is None:
+        return -1
+    return int(
+        analysis.argument_size_in_bytes + analysis.output_size_in_bytes + analysis.temp_size_in_bytes
+    )
+
+
+def _actions(key, steps_table: int, num_envs: int, n: int):
+    return jax.random.randint(key, (steps_table, num_envs, n), 0, 5, dtype=jnp.int32)
+
+
+def dynamics_rollout(env, num_envs: int, steps: int):
+    """A jitted rollout of ``steps`` vmapped steps with random actions and no reset."""
+    step = jax.vmap(env.step)
+
+    def rollout(state, actions):
+        def body(carry, t):
+            s, total = carry
+            s, ts = step(s, actions[t % ACTION_TABLE])
+            return (s, total + ts.reward.sum()), None
+
+        (state, total), _ = jax.lax.scan(body, (state, jnp.float32(0)), jnp.arange(steps))
+        return state, total
+
+    return jax.jit(rollout)
+
+
+def bench_dynamics(n: int, num_envs: int, steps: int, repeats: int) -> dict:
+    env = cube_jax.make(n=n, pool_size=min(num_envs, 256))
+    state, _ = jax.vmap(env.reset)(jax.random.split(jax.random.PRNGKey(0), num_envs))
+    actions = _actions(jax.random.PRNGKey(1), ACTION_TABLE, num_envs, n)
+    # the step alone: drop the observation (it is measured in the training section)
+    plain = cube_jax.make(n=n, pool_size=1)
+    fn = dynamics_rollout(_StepOnly(plain), num_envs, steps)
+    compile_s, best = _time(fn, state, actions, repeats=repeats)
+    rate = num_envs * steps / best
+    return {
+        "n": n,
+        "grid": env.grid_size,
+        "blocks": env.num_blocks,
+        "envs": num_envs,
+        "env_steps_per_s": rate,
+        "agent_steps_per_s": rate * n,
+        "compile_s": compile_s,
+        "memory_bytes": _memory_bytes(fn, state, actions),
+    }
+
+
+class _StepOnly:
+    """The core step without the observation, to time the rules themselves."""
+
+    def __init__(self, env):
+        from cube_jax.dynamics import batched_step, reward_and_flags
+
+        self._step = batched_step(env.cfg)
+        self._flags = reward_and_flags
+        self.cfg = env.cfg
+
+    def step(self, state, actions):
+        state, delivered, _ = self._step(state, actions)
+        reward, _, _ = self._flags(self.cfg, state, delivered)
+        return state, _Reward(reward)
+
+
+class _Reward:
+    def __init__(self, reward):
+        self.reward = reward
+
+
+def bench_reference(n: int, seconds: float) -> dict:
+    sys.path.insert(0, str(ROOT))
+    from tests import reference
+
+    env = cube_jax.make(n=n)
+    rng = random.Random(0)
+    lay = cube_jax.layout(env.reset(jax.random.PRNGKey(0))[0])
+
+    def fresh():
+        return reference.World(
+            K=env.grid_size,
+            agents=list(lay["agents"]),
+            blocks=[[r, c, w, True] for r, c, w, _ in lay["blocks"]],
+            max_steps=env.max_steps,
+        )
+
+    world, steps = fresh(), 0
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        for _ in range(100):
+            world, _, terminated, truncated, _ = reference.step(world, [rng.randrange(5) for _ in range(n)])
+            steps += 1
+            if terminated or truncated:
+                world = fresh()
+    elapsed = time.perf_counter() - t0
+    return {"n": n, "envs": 1, "env_steps_per_s": steps / elapsed, "agent_steps_per_s": steps * n / elapsed}
+
+
+def bench_training_cube(n: int, num_envs: int, steps: int, repeats: int, observation: str, pool: int) -> dict:
+    env = AutoResetWrapper(cube_jax.make(n=n, pool_size=pool, observation=observation))
+    state, ts = jax.vmap(env.reset)(jax.random.split(jax.random.PRNGKey(0), num_envs))
+    actions = _actions(jax.random.PRNGKey(1), ACTION_TABLE, num_envs, n)
+    step = jax.vmap(env.step)
+
+    def rollout(state, actions):
+        def body(carry, t):
+            s, acc = carry
+            s, ts = step(s, actions[t % ACTION_TABLE])
+            return (s, acc + ts.observation.sum() + ts.reward.sum()), None
+
+        (state, acc), _ = jax.lax.scan(body, (state, jnp.float32(0)), jnp.arange(steps))
+        return state, acc
+
+    fn = jax.jit(rollout)
+    compile_s, best = _time(fn, state, actions, repeats=repeats)
+    return {
+        "env": f"cube n={n} ({observation}, pool={pool or 'fresh'})",
+        "envs": num_envs,
+        "obs_per_agent": int(np.prod(ts.observation.shape[2:])),
+        "env_steps_per_s": num_envs * steps / best,
+        "compile_s": compile_s,
+    }
+
+
+def bench_training_lbf(num_envs: int, steps: int, repeats: int) -> dict:
+    try:
+        import jumanji
+        from jumanji.environments.routing.lbf.generator import RandomGenerator
+        from jumanji.wrappers import AutoResetWrapper as JumanjiAutoReset
+    except ImportError:
+        return {"env": "jumanji LevelBasedForaging", "skipped": "jumanji not installed (pip install -e '.[bench]')"}
+    env = jumanji.make(
+        "LevelBasedForaging-v0",
+        generator=RandomGenerator(grid_size=20, fov=20, num_agents=4, num_food=4, max_agent_level=2),
+    )
+    env = JumanjiAutoReset(env)
+    state, ts = jax.vmap(env.reset)(jax.random.split(jax.random.PRNGKey(0), num_envs))
+    actions = _actions(jax.random.PRNGKey(1), ACTION_TABLE, num_envs, 4) % 6
+    step = jax.vmap(env.step)
+
+    def rollout(state, actions):
+        def body(carry, t):
+            s, acc = carry
+            s, ts = step(s, actions[t % ACTION_TABLE])
+            obs = ts.observation
+            total = sum(jnp.sum(x.astype(jnp.float32)) for x in jax.tree.leaves(obs))
+            return (s, acc + total + jnp.sum(ts.reward)), None
+
+        (state, acc), _ = jax.lax.scan(body, (state, jnp.float32(0)), jnp.arange(steps))
+        return state, acc
+
+    fn = jax.jit(rollout)
+    compile_s, best = _time(fn, state, actions, repeats=repeats)
+    return {
+        "env": "jumanji LevelBasedForaging 20x20, 4 agents, 4 food",
+        "envs": num_envs,
+        "env_steps_per_s": num_envs * steps / best,
+        "compile_s": compile_s,
+    }
+
+
+def bench_reset(n: int, num_envs: int, repeats: int) -> list:
+    rows = []
+    for pool in (0, 4096):
+        env = cube_jax.make(n=n, pool_size=pool)
+        keys = jax.random.split(jax.random.PRNGKey(0), num_envs)
+        fn = jax.jit(jax.vmap(lambda k: env.reset(k)[0].agent_pos.sum()))
+        compile_s, best = _time(fn, keys, repeats=repeats)
+        rows.append({"n": n, "reset": "pool 4096" if pool else "fresh draw", "envs": num_envs, "resets_per_s": num_envs / best})
+    return rows
+
+
+def bench_large(n: int, repeats: int, observation: str) -> dict:
+    env = cube_jax.make(n=n, observation=observation)
+    state, _ = env.reset(jax.random.PRNGKey(0))
+    actions = jax.random.randint(jax.random.PRNGKey(1), (n,), 0, 5, dtype=jnp.int32)
+    step = jax.jit(env.step)
+    compile_s, best = _time(step, state, actions, repeats=repeats)
+    return {
+        "n": n,
+        "grid": env.grid_size,
+        "blocks": env.num_blocks,
+        "observation": observation,
+        "step_ms": best * 1e3,
+        "compile_s": compile_s,
+        "memory_bytes": _memory_bytes(step, state, actions),
+    }
+
+
+def _table(title: str, rows: list, columns: list) -> str:
+    lines = [f"\n## {title}", "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    for row in rows:
+        cells = []
+        for col in columns:
+            v = row.get(col, "")
+            if isinstance(v, float):
+                v = f"{v:.3g}" if abs(v) < 1e4 else f"{v:.3e}"
+            cells.append(str(v))
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def _plot(rows: list, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for n in sorted({r["n"] for r in rows}):
+        pts = sorted((r["envs"], r["env_steps_per_s"]) for r in rows if r["n"] == n)
+        if len(pts) > 1:
+            ax.plot(*zip(*pts), marker="o", label=f"n={n}")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("vmapped environments")
+    ax.set_ylabel("env-steps/s")
+    ax.set_title("CUBE step throughput (random actions, no reset)")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="a small sweep (smoke check)")
+    parser.add_argument("--envs", type=_positive_ints, help="env counts for the n=4 sweep, e.g. 1,64,2048")
+    parser.add_argument("--ns", type=_positive_ints, help="team sizes for the n sweep, e.g. 1,4,16,64")
+    parser.add_argument("--steps", type=int, default=64, help="steps per timed rollout (default 64)")
+    parser.add_argument("--repeats", type=int, default=3, help="timed repeats; the best is kept (default 3)")
+    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "throughput.json")
+    args = parser.parse_args(argv)
+    if args.steps < 1 or args.repeats < 1:
+        parser.error("--steps and --repeats must be >= 1")
+
+    quick = args.quick
+    env_counts = args.envs or ([1, 64, 1024] if quick else [1, 16, 256, 1024, 2048, 4096, 16384])
+    ns = args.ns or ([1, 4, 16] if quick else [1, 2, 4, 8, 16, 32, 64, 128, 256])
+    steps, repeats = args.steps, args.repeats
+    results = {
+        "machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "jax": jax.__version__,
+                    "backend": jax.default_backend(), "devices": [str(d) for d in jax.devices()]},
+        "args": {"steps": steps, "repeats": repeats, "quick": quick},
+    }
+
+    print(f"JAX {jax.__version__} on {jax.default_backend()} ({os.cpu_count()} CPUs)")
+    ref = bench_reference(4, seconds=1.0 if quick else 3.0)
+    results["reference"] = [ref]
+    print(_table("plain-Python reference (tests/reference.py), n=4, one env", [ref], ["n", "envs", "env_steps_per_s"]))
+
+    sweep = []
+    for e in env_counts:
+        sweep.append(bench_dynamics(4, e, steps, repeats))
+        sweep[-1]["x_reference"] = sweep[-1]["env_steps_per_s"] / ref["env_steps_per_s"]
+        print(f"  dynamics n=4 envs={e}: {sweep[-1]['env_steps_per_s']:.3e} env-steps/s", flush=True)
+    for n in ns:
+        if n == 4:
+            continue
+        e = max(1, min(2048, 2 ** 16 // (n * n)))
+        sweep.append(bench_dynamics(n, e, steps if n <= 64 else 8, repeats))
+        sweep[-1]["x_reference"] = sweep[-1]["env_steps_per_s"] / ref["env_steps_per_s"]
+        print(f"  dynamics n={n} envs={e}: {sweep[-1]['env_steps_per_s']:.3e} env-steps/s", flush=True)
+    results["dynamics"] = sweep
+    cols = ["n", "grid", "blocks", "envs", "env_steps_per_s", "agent_steps_per_s", "x_reference", "compile_s", "memory_bytes"]
+    print(_table("dynamics: random actions, no reset, vmapped", sweep, cols))
+
+    train_envs = 1024
+    training = [
+        bench_training_cube(4, train_envs, steps, repeats, "vector", 4096),
+        bench_training_cube(4, train_envs, steps, repeats, "egocentric", 4096),
+        bench_training_cube(4, train_envs, steps, repeats, "vector", 0),
+        bench_training_lbf(train_envs, steps, repeats),
+    ]
+    lbf = training[-1].get("env_steps_per_s")
+    for row in training:
+        if lbf and "env_steps_per_s" in row:
+            row["x_lbf"] = row["env_steps_per_s"] / lbf
+    results["training"] = training
+    print(_table("training-shaped: auto-reset + observations consumed", training,
+                 ["env", "envs", "obs_per_agent", "env_steps_per_s", "x_lbf", "compile_s"]))
+
+    resets = bench_reset(4, 1024, repeats)
+    results["reset"] = resets
+    print(_table("reset alone, n=4", resets, ["n", "reset", "envs", "resets_per_s"]))
+
+    large_ns = [16, 64] if quick else [64, 256]
+    large = [bench_large(n, max(repeats, 5), "egocentric") for n in large_ns]
+    results["large"] = large
+    print(_table("one jitted step of one env (latency)", large,
+                 ["n", "grid", "blocks", "observation", "step_ms", "compile_s", "memory_bytes"]))
+
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(results, indent=2))
+    plot = args.out.with_suffix(".png")
+    _plot(sweep, plot)
+    print(f"\nwrote {args.out} and {plot}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

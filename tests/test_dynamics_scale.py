@@ -1,0 +1,47 @@
+"""The code paths for large teams against the reference.
+
+More than 32 agents switches agent chains and blocked movers to pointer jumping, and
+more than 32 blocks switches composites to boolean matrix products; the random-world
+test in test_dynamics_property.py only reaches the bit-row paths.
+"""
+import random
+
+import pytest
+
+from cube_jax import dynamics
+from tests import reference as ref
+from tests.test_dynamics_property import DIRECTIONS, choose_actions, compare_episode, place_agents, place_blocks
+
+K, N_AGENTS, N_BLOCKS = 16, 40, 34
+assert N_AGENTS > dynamics.BITSET_MAX_AGENTS and N_AGENTS > dynamics.FIXPOINT_MAX_AGENTS
+assert N_BLOCKS > dynamics.BITSET_MAX_BLOCKS
+
+
+def crowded_world(seed: int):
+    rnd = random.Random(seed)
+    main = rnd.choice(DIRECTIONS)
+    for _ in range(50):
+        blocks = place_blocks(rnd, K, N_BLOCKS, main, 2)
+        if blocks is None:
+            continue
+        agents = place_agents(rnd, K, blocks, N_AGENTS, main)
+        if agents is not None:
+            world = ref.World(K=K, agents=agents, blocks=[[r, c, w, True] for r, c, w in blocks], max_steps=60)
+            return world, main, rnd
+    raise AssertionError(f"seed {seed}: could not place {N_BLOCKS} blocks and {N_AGENTS} agents on {K}x{K}")
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_large_team_paths_match_reference(seed):
+    world, main, rnd = crowded_world(seed)
+    compare_episode(world, [lambda w: choose_actions(rnd, w, main)] * 12)
+
+
+def test_lines_of_movers_follow_their_leaders():
+    # rows 0 and 1 full of agents moving RIGHT: each line follows its leader (row 0 has a
+    # free cell at its end, row 1 does not and stays put); a column of pushers below
+    agents = [(0, c) for c in range(15)] + [(1, c) for c in range(16)] + [(r, 0) for r in range(2, 11)]
+    cells = [(r, c) for c in (3, 5, 7, 9, 11, 13) for r in range(3, 9)][:N_BLOCKS]
+    world = ref.World(K=K, agents=agents, blocks=[[r, c, 1, True] for r, c in cells], max_steps=60)
+    assert len(world.agents) == N_AGENTS and len(world.blocks) == N_BLOCKS
+    compare_episode(world, [[ref.RIGHT] * N_AGENTS] * 3)
