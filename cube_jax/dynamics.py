@@ -310,6 +310,38 @@ def _env_minor_vmap(axis_size, in_batched, x):
     return x, in_batched[0]
 
 
+def env_last(x: jax.Array, lead: tuple, tail: int) -> jax.Array:
+    """[*lead, *tail] -> [*tail, E] with E = prod(lead), pinned environment-minor."""
+    x = jnp.reshape(x, (math.prod(lead),) + x.shape[x.ndim - tail :])
+    return _env_minor(jnp.moveaxis(x, 0, -1))
+
+
+def env_first(x: jax.Array, lead: tuple) -> jax.Array:
+    """Inverse of :func:`env_last`: [..., E] -> [*lead, ...]."""
+    x = jnp.moveaxis(_env_minor(x), -1, 0)
+    return jnp.reshape(x, lead + x.shape[1:])
+
+
+def vmap_as_batch(fn):
+    """``fn`` takes inputs with any leading batch axes; under ``jax.vmap`` it receives the
+    whole batch at once (unbatched inputs broadcast) instead of being batched op by op."""
+
+    @custom_vmap
+    def call(*args):
+        return fn(*args)
+
+    @call.def_vmap
+    def _vmap_rule(axis_size, in_batched, *args):
+        def batch(x, is_batched):
+            return x if is_batched else jnp.broadcast_to(x, (axis_size,) + jnp.shape(x))
+
+        args = [jax.tree.map(batch, a, b) for a, b in zip(args, in_batched)]
+        out = fn(*args)
+        return out, jax.tree.map(lambda _: True, out)
+
+    return call
+
+
 def step_state(cfg: EnvConfig, state: State, actions: jax.Array) -> Tuple[State, jax.Array, Dict[str, jax.Array]]:
     """Applies one step to a state, or to a batch of states with any leading axes.
 
@@ -317,55 +349,25 @@ def step_state(cfg: EnvConfig, state: State, actions: jax.Array) -> Tuple[State,
     events (see :func:`step_kernel`), all with the state's leading axes.
     """
     lead = state.t.shape
-    e = math.prod(lead)
-
-    def env_last(x: jax.Array, tail: int) -> jax.Array:
-        x = jnp.reshape(x, (e,) + x.shape[x.ndim - tail :])
-        return jnp.moveaxis(x, 0, -1)
-
-    def env_first(x: jax.Array) -> jax.Array:
-        x = jnp.moveaxis(x, -1, 0)
-        return jnp.reshape(x, lead + x.shape[1:])
-
-    pos = env_last(state.agent_pos, 2)
-    bpos = env_last(state.block_pos, 2)
-    acts = env_last(jnp.broadcast_to(jnp.asarray(actions), lead + state.agent_pos.shape[-2:-1]), 1)
-    inputs = (pos[:, 0], pos[:, 1], bpos[:, 0], bpos[:, 1])
-    inputs += (env_last(state.block_weight, 1), env_last(state.block_alive, 1), acts.astype(jnp.int32))
-    # Pin the environment axis as the physically minor one. Left free, XLA turns the
-    # transposes into layout changes and the kernel runs environment-major again.
-    (ar, ac, br, bc, alive), events = step_kernel(cfg, *map(_env_minor, inputs))
-    (ar, ac, br, bc, alive), events = jax.tree.map(_env_minor, ((ar, ac, br, bc, alive), events))
+    pos = env_last(state.agent_pos, lead, 2)
+    bpos = env_last(state.block_pos, lead, 2)
+    acts = env_last(jnp.broadcast_to(jnp.asarray(actions, jnp.int32), state.agent_pos.shape[:-1]), lead, 1)
+    weight, alive = env_last(state.block_weight, lead, 1), env_last(state.block_alive, lead, 1)
+    (ar, ac, br, bc, alive), events = step_kernel(cfg, pos[:, 0], pos[:, 1], bpos[:, 0], bpos[:, 1], weight, alive, acts)
     new_state = state.replace(
-        agent_pos=env_first(jnp.stack([ar, ac], axis=1)),
-        block_pos=env_first(jnp.stack([br, bc], axis=1)),
-        block_alive=env_first(alive),
+        agent_pos=env_first(jnp.stack([ar, ac], axis=1), lead),
+        block_pos=env_first(jnp.stack([br, bc], axis=1), lead),
+        block_alive=env_first(alive, lead),
         t=state.t + 1,
     )
-    events = {name: env_first(value) for name, value in events.items()}
+    events = {name: env_first(value, lead) for name, value in events.items()}
     return new_state, events["delivered_weight"], events
 
 
 @functools.lru_cache(maxsize=None)
 def batched_step(cfg: EnvConfig):
     """``step_state`` for one environment whose ``jax.vmap`` runs the whole batch in one kernel."""
-
-    @custom_vmap
-    def step(state: State, actions: jax.Array):
-        return step_state(cfg, state, actions)
-
-    @step.def_vmap
-    def _vmap_rule(axis_size, in_batched, state, actions):
-        state_batched, actions_batched = in_batched
-
-        def batch(x, is_batched):
-            return x if is_batched else jnp.broadcast_to(x, (axis_size,) + jnp.shape(x))
-
-        state = jax.tree.map(batch, state, state_batched)
-        out = step_state(cfg, state, batch(actions, actions_batched))
-        return out, jax.tree.map(lambda _: True, out)
-
-    return step
+    return vmap_as_batch(functools.partial(step_state, cfg))
 
 
 def reward_and_flags(cfg: EnvConfig, state: State, delivered_weight: jax.Array):

@@ -49,6 +49,26 @@ def _step(cfg: EnvConfig, state: State, actions: jax.Array) -> Tuple[State, Time
     return state, TimeStep(observe(cfg, state), reward, terminated, truncated, events)
 
 
+def _start_state(cfg: EnvConfig, agent_pos, block_pos, weight, key) -> State:
+    return State(
+        agent_pos=agent_pos,
+        block_pos=block_pos,
+        block_weight=weight,
+        block_alive=jnp.ones(weight.shape, bool),
+        t=jnp.zeros(weight.shape[:-1], jnp.int32),
+        key=key,
+        grid_size=cfg.grid_size,
+    )
+
+
+@functools.partial(jax.jit, static_argnums=(0,))
+def _pool_observations(cfg: EnvConfig, pool: dict) -> jax.Array:
+    """The t=0 observation of every pool layout, float32[P, ...]."""
+    keys = jnp.zeros((pool["agent_pos"].shape[0], 2), jnp.uint32)
+    states = _start_state(cfg, pool["agent_pos"], pool["block_pos"], pool["block_weight"], keys)
+    return jax.vmap(lambda st: observe(cfg, st))(states)
+
+
 @functools.partial(jax.jit, static_argnums=(0, 1))
 def _reset(cfg: EnvConfig, source: LayoutSource, pool: dict, key: jax.Array) -> Tuple[State, TimeStep]:
     key, layout_key = jax.random.split(key)
@@ -58,17 +78,12 @@ def _reset(cfg: EnvConfig, source: LayoutSource, pool: dict, key: jax.Array) -> 
     else:
         i = jax.random.randint(layout_key, (), 0, pool["agent_pos"].shape[0])
         agent_pos, block_pos, weight = pool["agent_pos"][i], pool["block_pos"][i], pool["block_weight"][i]
-    state = State(
-        agent_pos=agent_pos,
-        block_pos=block_pos,
-        block_weight=weight,
-        block_alive=jnp.ones((cfg.num_blocks,), bool),
-        t=jnp.int32(0),
-        key=key,
-        grid_size=cfg.grid_size,
-    )
+    state = _start_state(cfg, agent_pos, block_pos, weight, key)
+    # Pool layouts carry their first observation, so a pooled reset is a gather: auto-reset
+    # under vmap pays a reset at every step.
+    first_obs = pool["observation"][i] if "observation" in pool else observe(cfg, state)
     ts = TimeStep(
-        observation=observe(cfg, state),
+        observation=first_obs,
         reward=jnp.zeros((cfg.num_agents,), jnp.float32),
         terminated=jnp.array(False),
         truncated=jnp.array(False),
@@ -254,5 +269,7 @@ def make(
         observation=observation,
         view_radius=int(view_radius),
     )
+    if pool:
+        pool["observation"] = _pool_observations(cfg, pool)
     return CubeEnv(cfg, source, pool, name)
 

@@ -19,9 +19,12 @@ axis first, and every one telling an agent which one it is:
 """
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 
+from cube_jax.dynamics import env_first, env_last, vmap_as_batch
 from cube_jax.types import EnvConfig, State
 
 OBSERVATION_FORMS = ("vector", "egocentric", "grid")
@@ -66,28 +69,49 @@ def _own_features(cfg: EnvConfig, state: State) -> jax.Array:
     return jnp.concatenate([pos, t, jnp.eye(n, dtype=jnp.float32)], axis=1)
 
 
-def vector_observation(cfg: EnvConfig, state: State) -> jax.Array:
+def _vector_kernel(cfg: EnvConfig, ar, ac, br, bc, w, alive, t) -> jax.Array:
+    """float32[N, D, E] on environment-last arrays ([N, E], [B, E], [E]); see the module doc."""
     n, b, k = cfg.num_agents, cfg.num_blocks, cfg.grid_size
-    me = state.agent_pos.astype(jnp.float32)  # [N, 2]
-    blocks = state.block_pos.astype(jnp.float32)
-    w = state.block_weight.astype(jnp.float32)
-    alive = state.block_alive.astype(jnp.float32)
-    rel_blocks = (blocks[None, :, :] - me[:, None, :]) / k  # [N, B, 2]
-    to_goal = (k - 1 - (blocks[:, 1] + w - 1)) / k
-    per_block = jnp.concatenate(
+    e = t.shape[-1]
+    f32 = jnp.float32
+    ar, ac, br, bc, w = (x.astype(f32) for x in (ar, ac, br, bc, w))
+    live = alive.astype(f32)[None]  # [1, B, E]
+    scale = f32(max(k - 1, 1))
+    block_features = jnp.stack(
         [
-            rel_blocks,
-            jnp.broadcast_to((w / jnp.max(w))[None, :, None], (n, b, 1)),
-            jnp.ones((n, b, 1), jnp.float32),
-            jnp.broadcast_to(to_goal[None, :, None], (n, b, 1)),
+            (br[None] - ar[:, None]) / k,
+            (bc[None] - ac[:, None]) / k,
+            jnp.broadcast_to((w / jnp.max(w, axis=0))[None], (n, b, e)),
+            jnp.ones((n, b, e), f32),
+            jnp.broadcast_to(((k - 1 - (bc + w - 1)) / k)[None], (n, b, e)),
         ],
-        axis=-1,
-    ) * alive[None, :, None]
-    rel_agents = (me[None, :, :] - me[:, None, :]) / k  # [N, N, 2]
-    own = _own_features(cfg, state)
-    return jnp.concatenate(
-        [own[:, 3:], own[:, :3], per_block.reshape(n, b * 5), rel_agents.reshape(n, n * 2)], axis=1
+        axis=2,
+    ) * live[:, :, None]  # [N, B, 5, E]
+    agent_features = jnp.stack([(ar[None] - ar[:, None]) / k, (ac[None] - ac[:, None]) / k], axis=2)  # [N, N, 2, E]
+    own = [
+        jnp.broadcast_to(jnp.eye(n, dtype=f32)[:, :, None], (n, n, e)),
+        (ar / scale)[:, None],
+        (ac / scale)[:, None],
+        jnp.broadcast_to((t.astype(f32) / cfg.max_steps)[None, None], (n, 1, e)),
+    ]
+    return jnp.concatenate(own + [block_features.reshape(n, 5 * b, e), agent_features.reshape(n, 2 * n, e)], axis=1)
+
+
+def vector_observation(cfg: EnvConfig, state: State) -> jax.Array:
+    """The "vector" form for one state or a batch with any leading axes."""
+    lead = state.t.shape
+    pos, bpos = env_last(state.agent_pos, lead, 2), env_last(state.block_pos, lead, 2)
+    obs = _vector_kernel(
+        cfg,
+        pos[:, 0],
+        pos[:, 1],
+        bpos[:, 0],
+        bpos[:, 1],
+        env_last(state.block_weight, lead, 1),
+        env_last(state.block_alive, lead, 1),
+        env_last(state.t, lead, 0),
     )
+    return env_first(obs, lead)
 
 
 def egocentric_observation(cfg: EnvConfig, state: State) -> jax.Array:
@@ -123,12 +147,17 @@ def agent_grid_observation(cfg: EnvConfig, state: State) -> jax.Array:
 def observe(cfg: EnvConfig, state: State) -> jax.Array:
     """The per-agent observation selected by ``cfg.observation``."""
     if cfg.observation == "vector":
-        return vector_observation(cfg, state)
+        return _batched_vector_observation(cfg)(state)
     if cfg.observation == "egocentric":
         return egocentric_observation(cfg, state)
     if cfg.observation == "grid":
         return agent_grid_observation(cfg, state)
     raise ValueError(f"observation: unknown form {cfg.observation!r}; expected one of {OBSERVATION_FORMS}")
+
+
+@functools.lru_cache(maxsize=None)
+def _batched_vector_observation(cfg: EnvConfig):
+    return vmap_as_batch(functools.partial(vector_observation, cfg))
 
 
 def observation_shape(cfg: EnvConfig) -> tuple:

@@ -41,9 +41,10 @@ class AutoResetWrapper(Wrapper):
     """
 
     def step(self, state: State, actions) -> Tuple[State, TimeStep]:
-        key, reset_key = jax.random.split(state.key)
-        state, ts = self._env.step(state.replace(key=key), actions)
-        reset_state, reset_ts = self._env.reset(reset_key)
+        state, ts = self._env.step(state, actions)
+        # The candidate next episode comes from the state's key; reset stores a fresh key
+        # in the state it returns, so every episode of a run starts from a new key.
+        reset_state, reset_ts = self._env.reset(state.key)
         done = ts.terminated | ts.truncated
         state = jax.tree.map(lambda r, s: jnp.where(done, r, s), reset_state, state)
         extras = dict(ts.extras, final_observation=ts.observation)
