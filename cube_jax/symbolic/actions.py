@@ -1,0 +1,336 @@
+"""Symbolic actions (cube paper, Table 1), plans, and their parsers.
+
+A plan is a list of :class:`SymbolicAction`, written as text::
+
+    move_to_block(2, left); rendezvous(2, left, 2, 10); push_block(2, 5)
+
+or as JSON, checked against a pydantic schema::
+
+    [{"action": "move_to_block", "args": {"block": 2, "face": "left"}},
+     {"action": "push_block", "args": [2, 5]}]
+
+Mistakes raise :class:`PlanError` naming the action (its index in the plan), the
+argument and the reason. The exact execution semantics are in ``docs/symbolic.md``.
+
+>>> plan = parse_plan("move_to_block(2, left); rendezvous(2, left, 2, 10); push_block(2, 5)")
+>>> [a.name for a in plan]
+['move_to_block', 'rendezvous', 'push_block']
+>>> plan[1].args
+{'block': 2, 'face': 'left', 'count': 2, 'timeout': 10}
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+
+import pydantic
+
+from cube_jax.types import DOWN, LEFT, RIGHT, UP
+
+# Faces are the sides of a block; codes index the table in docs/symbolic.md.
+FACES = ("up", "down", "left", "right")
+# Primitive action that pushes a block from each face (into the block).
+FACE_PUSH_DIRECTION = {"up": DOWN, "down": UP, "left": RIGHT, "right": LEFT}
+DIRECTIONS = {"up": UP, "down": DOWN, "left": LEFT, "right": RIGHT}
+
+# Error kinds, following EmCoop's violation types.
+PLAN_CHECK, PRECONDITION, EXECUTION = "plan_check", "precondition", "execution"
+
+
+@dataclasses.dataclass(frozen=True)
+class ArgSpec:
+    name: str
+    kind: str  # "int" (with minimum), "face", "direction" or "block"
+    minimum: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class ActionSpec:
+    name: str
+    code: int  # numeric code used by plan arrays (JAX executor)
+    args: Tuple[ArgSpec, ...]
+    summary: str
+
+
+_STEPS = ArgSpec("steps", "int", 0)
+_BLOCK = ArgSpec("block", "block", 0)
+_FACE = ArgSpec("face", "face")
+ACTION_SPECS: Dict[str, ActionSpec] = {
+    spec.name: spec
+    for spec in (
+        ActionSpec("idle", 0, (_STEPS,), "emit STAY for `steps` steps"),
+        ActionSpec("move", 1, (ArgSpec("direction", "direction"), _STEPS), "step in a direction `steps` times"),
+        ActionSpec("move_to_block", 2, (_BLOCK, _FACE), "walk until aligned with the block face"),
+        ActionSpec(
+            "rendezvous",
+            3,
+            (_BLOCK, _FACE, ArgSpec("count", "int", 1), ArgSpec("timeout", "int", 0)),
+            "wait aligned at the face until `count` agents are in the same rendezvous",
+        ),
+        ActionSpec("push_block", 4, (_BLOCK, _STEPS), "push into the aligned face for `steps` steps or until delivered"),
+        ActionSpec("yield_block", 5, (_BLOCK, _STEPS), "step away from the block for `steps` steps"),
+        ActionSpec(
+            "wait_agents",
+            6,
+            (ArgSpec("count", "int", 1), ArgSpec("timeout", "int", 0)),
+            "wait until `count` agents are waiting",
+        ),
+    )
+}
+# EmCoop spellings -> (canonical action, renamed arguments)
+ALIASES = {"wait": "idle", "push": "push_block"}
+ARG_ALIASES = {"block_id": "block", "num_steps": "steps"}
+KNOWN_ARGUMENTS = {a.name for spec in ACTION_SPECS.values() for a in spec.args}
+ACTION_NAMES_BY_CODE = {spec.code: name for name, spec in ACTION_SPECS.items()}
+SYNC_ACTIONS = ("rendezvous", "wait_agents")
+
+
+class PlanError(ValueError):
+    """A plan that cannot run: ``kind`` is ``plan_check``, ``precondition`` or ``execution``.
+
+    ``action_index`` is the position of the offending action in the plan (None when the
+    plan as a whole is wrong), ``argument`` the argument's name (None when not about one).
+    """
+
+    def __init__(self, kind: str, message: str, action_index: Optional[int] = None, argument: Optional[str] = None):
+        self.kind = kind
+        self.action_index = action_index
+        self.argument = argument
+        self.message = message
+        where = [] if action_index is None else [f"action {action_index}"]
+        if argument is not None:
+            where.append(f"argument {argument!r}")
+        super().__init__(f"{kind}: {' '.join(where) + ': ' if where else ''}{message}")
+
+    def to_dict(self) -> dict:
+        return {"kind": self.kind, "action_index": self.action_index, "argument": self.argument, "message": self.message}
+
+
+@dataclasses.dataclass(frozen=True)
+class SymbolicAction:
+    """One action with checked arguments, e.g. ``SymbolicAction("push_block", {"block": 2, "steps": 5})``.
+
+    ``args`` maps argument names to ints (faces and directions stay lower-case strings).
+    """
+
+    name: str
+    args: Dict[str, Any]
+
+    def __post_init__(self):
+        checked = check_action(self.name, self.args)
+        object.__setattr__(self, "name", checked[0])
+        object.__setattr__(self, "args", checked[1])
+
+    @property
+    def spec(self) -> ActionSpec:
+        return ACTION_SPECS[self.name]
+
+    def __str__(self) -> str:
+        return f"{self.name}({', '.join(str(self.args[a.name]) for a in self.spec.args)})"
+
+    def __hash__(self):
+        return hash((self.name, tuple(self.args.items())))
+
+    def to_json(self) -> dict:
+        return {"action": self.name, "args": dict(self.args)}
+
+
+# --- argument checking ----------------------------------------------------------------------
+
+
+def _fail(message: str, index: Optional[int], argument: Optional[str] = None) -> PlanError:
+    return PlanError(PLAN_CHECK, message, index, argument)
+
+
+def _check_value(action: str, arg: ArgSpec, value: Any, index: Optional[int]):
+    if arg.kind in ("face", "direction"):
+        allowed = FACES if arg.kind == "face" else tuple(DIRECTIONS)
+        if not isinstance(value, str) or value.lower() not in allowed:
+            raise _fail(f"{action}: {arg.kind} must be one of {', '.join(allowed)}; got {value!r}", index, arg.name)
+        return value.lower()
+    if isinstance(value, bool) or not isinstance(value, int):
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
+        else:
+            raise _fail(f"{action}: {arg.name} must be an integer, got {value!r}", index, arg.name)
+    if value < arg.minimum:
+        what = "a block id" if arg.kind == "block" else arg.name
+        raise _fail(f"{action}: {what} must be >= {arg.minimum}, got {value}", index, arg.name)
+    return int(value)
+
+
+def check_action(name: Any, args: Union[Mapping, Sequence, None], index: Optional[int] = None):
+    """(canonical name, {arg: value}) for one action, or PlanError(kind="plan_check")."""
+    if not isinstance(name, str):
+        raise _fail(f"action name must be a string, got {name!r}", index)
+    canonical = ALIASES.get(name, name)
+    if canonical not in ACTION_SPECS:
+        known = ", ".join(sorted(set(ACTION_SPECS) | set(ALIASES)))
+        raise _fail(f"unknown action {name!r}; known actions: {known}", index)
+    spec = ACTION_SPECS[canonical]
+    names = [a.name for a in spec.args]
+    signature = f"{name}({', '.join(names)})"
+    args = {} if args is None else args
+    if isinstance(args, Mapping):
+        given = {ARG_ALIASES.get(k, k): v for k, v in args.items()}
+        unknown = sorted(set(given) - set(names))
+        if unknown:
+            raise _fail(f"{signature} has no argument {unknown[0]!r}", index, unknown[0])
+        missing = [n for n in names if n not in given]
+        if missing:
+            raise _fail(f"{signature} is missing argument {missing[0]!r}", index, missing[0])
+    elif isinstance(args, Sequence) and not isinstance(args, str):
+        if len(args) != len(names):
+            raise _fail(f"{signature} takes {len(names)} argument(s), got {len(args)}", index)
+        given = dict(zip(names, args))
+    else:
+        raise _fail(f"{signature}: arguments must be a list or a mapping, got {args!r}", index)
+    return canonical, {a.name: _check_value(name, a, given[a.name], index) for a in spec.args}
+
+
+def make_action(name: str, *args, index: Optional[int] = None, **kwargs) -> SymbolicAction:
+    """``make_action("push_block", 2, 5)`` or ``make_action("push", block_id=2, steps=5)``."""
+    if args and kwargs:
+        raise _fail(f"{name}: give arguments either by position or by name, not both", index)
+    canonical, checked = check_action(name, kwargs if kwargs else list(args), index)
+    return SymbolicAction(canonical, checked)
+
+
+# --- text plans -----------------------------------------------------------------------------
+
+_CALL = re.compile(r"^\s*([A-Za-z_][A-Za-z_0-9]*)\s*\((.*)\)\s*$", re.S)
+_INT = re.compile(r"^[+-]?\d+$")
+
+
+def _parse_value(token: str):
+    token = token.strip().strip("\"'")
+    if _INT.match(token):
+        return int(token)
+    return token
+
+
+def _split_actions(text: str) -> List[str]:
+    """Splits on ';' and newlines outside parentheses."""
+    parts, depth, current = [], 0, []
+    for ch in text:
+        if ch == "(":
+            depth += 1
+        elif ch == ")":
+            depth -= 1
+        if ch in ";\n" and depth == 0:
+            parts.append("".join(current))
+            current = []
+        else:
+            current.append(ch)
+    parts.append("".join(current))
+    return [p.strip() for p in parts if p.strip()]
+
+
+def parse_action(text: str, index: Optional[int] = None) -> SymbolicAction:
+    """One action in call form: ``name(arg, ...)`` or ``name(key=value, ...)``."""
+    m = _CALL.match(text)
+    if not m:
+        raise _fail(f"cannot read {text.strip()!r}; expected name(arg, ...), e.g. push_block(2, 5)", index)
+    name, inner = m.group(1), m.group(2).strip()
+    tokens = [t.strip() for t in inner.split(",")] if inner else []
+    if any(not t for t in tokens):
+        raise _fail(f"{name}: empty argument in {text.strip()!r}", index)
+    keyed = [t for t in tokens if "=" in t]
+    if keyed and len(keyed) != len(tokens):
+        raise _fail(f"{name}: give arguments either by position or by name, not both", index)
+    if keyed:
+        args = {}
+        for t in keyed:
+            key, value = (s.strip() for s in t.split("=", 1))
+            args[key] = _parse_value(value)
+    else:
+        args = [_parse_value(t) for t in tokens]
+    canonical, checked = check_action(name, args, index)
+    return SymbolicAction(canonical, checked)
+
+
+def parse_plan(text: str) -> List[SymbolicAction]:
+    """A plan from text: actions separated by ``;`` or new lines (see the module docstring)."""
+    if not isinstance(text, str):
+        raise _fail(f"a text plan must be a string, got {type(text).__name__}", None)
+    parts = _split_actions(text)
+    if not parts:
+        raise _fail("the plan is empty", None)
+    return [parse_action(p, i) for i, p in enumerate(parts)]
+
+
+# --- JSON plans ----------------------------------------------------------------------------
+
+
+class PlanItem(pydantic.BaseModel):
+    """One JSON action: ``{"action": name, "args": {name: value} | [values]}``."""
+
+    model_config = pydantic.ConfigDict(extra="forbid")
+    action: str
+    # Argument values are checked by check_action, whose messages name the argument.
+    args: Union[Dict[str, Any], List[Any]] = pydantic.Field(default_factory=dict)
+
+
+class PlanDocument(pydantic.BaseModel):
+    """A JSON plan: ``{"plan": [PlanItem, ...]}`` (a bare list is accepted as well)."""
+
+    model_config = pydantic.ConfigDict(extra="forbid")
+    plan: List[PlanItem] = pydantic.Field(min_length=1)
+
+
+def plan_json_schema() -> dict:
+    """The JSON schema of a plan document (for prompts and tools)."""
+    return PlanDocument.model_json_schema()
+
+
+def _schema_error(err: pydantic.ValidationError) -> PlanError:
+    first = err.errors()[0]
+    # pydantic puts union member tags such as "dict[str,any]" into the location: drop them
+    loc = [p for p in first["loc"] if not (isinstance(p, str) and "[" in p)]
+    index = loc[1] if len(loc) >= 2 and loc[0] == "plan" and isinstance(loc[1], int) else None
+    field = loc[2] if len(loc) >= 3 else None
+    argument = loc[3] if field == "args" and len(loc) >= 4 and loc[3] in KNOWN_ARGUMENTS else None
+    where = ".".join(str(p) for p in loc)
+    return _fail(f"JSON plan does not match the schema at {where}: {first['msg']}", index, argument)
+
+
+def parse_plan_json(obj: Union[str, bytes, list, dict]) -> List[SymbolicAction]:
+    """A plan from JSON text or an already loaded object (see :class:`PlanDocument`)."""
+    if isinstance(obj, (str, bytes)):
+        try:
+            obj = json.loads(obj)
+        except json.JSONDecodeError as err:
+            raise _fail(f"not valid JSON: {err}", None) from None
+    if isinstance(obj, list):
+        obj = {"plan": obj}
+    try:
+        doc = PlanDocument.model_validate(obj)
+    except pydantic.ValidationError as err:
+        raise _schema_error(err) from None
+    return [SymbolicAction(*check_action(item.action, item.args, i)) for i, item in enumerate(doc.plan)]
+
+
+def plan_to_text(plan: Sequence[SymbolicAction]) -> str:
+    return "; ".join(str(a) for a in plan)
+
+
+# --- checks against a world -----------------------------------------------------------------
+
+
+def check_plan(plan: Sequence[SymbolicAction], num_agents: int, block_alive: Sequence[bool]) -> None:
+    """Raises PlanError(kind="plan_check") for block ids out of range, delivered blocks, or a
+    ``count`` no team of ``num_agents`` can reach."""
+    for i, action in enumerate(plan):
+        if not isinstance(action, SymbolicAction):
+            raise _fail(f"expected a SymbolicAction, got {action!r}", i)
+        block = action.args.get("block")
+        if block is not None:
+            if block >= len(block_alive):
+                raise _fail(f"{action.name}: unknown block {block}; blocks are 0..{len(block_alive) - 1}", i, "block")
+            if not block_alive[block]:
+                raise _fail(f"{action.name}: block {block} is already delivered", i, "block")
+        count = action.args.get("count")
+        if count is not None and count > num_agents:
+            raise _fail(f"{action.name}: count {count} exceeds the {num_agents} agents of this world", i, "count")

@@ -1,0 +1,397 @@
+"""Symbolic concepts of the cube paper (Table 2) as pure functions of a ``State``.
+
+Every function here takes one (unbatched) :class:`cube_jax.State` and integer ids that
+may be traced, returns jax arrays, and has no Python branch on a traced value, so it
+works under ``jax.jit`` and ``jax.vmap`` (vmap over states for a batch).
+
+Faces are named by the side of the block they are on; the integer ids are exported and
+are the face codes of docs/symbolic.md::
+
+    "up" = UP_FACE = 0       agents stand in the row above the block and push DOWN
+    "down" = DOWN_FACE = 1   agents stand below it and push UP
+    "left" = LEFT_FACE = 2   agents stand in the column left of it and push RIGHT
+    "right" = RIGHT_FACE = 3 agents stand right of it and push LEFT
+
+**Alignment** counts agent chains behind a face exactly as the step rules
+(DYNAMICS.md, push phase rule 2) would if every agent pushed into that face: an agent is
+aligned with block ``j`` on face ``f`` when the cells from it towards the block, in the
+push direction of ``f``, each hold an agent up to a cell of ``j``. So an agent directly on
+a face cell is aligned, and so is every agent in an unbroken line of agents behind it;
+``count_aligned_agents`` is then the force the face would receive. Delivered blocks have
+no aligned agents.
+
+Concept summary (``B`` = number of blocks, ``K`` = grid side, ``N`` = agents):
+
+* ``get_distance(p, q)``: Manhattan distance between two cells; ``distance_to_block``
+  measures from a cell to the nearest cell of a block's square.
+* ``is_aligned_with_block``, ``count_aligned_agents``, ``aligned_agents``,
+  ``face_alignment`` (int32[N]); for all faces and blocks at once ``alignment``
+  (int32[4, N]) and ``aligned_counts`` (int32[4, B]).
+* ``all_aligned_positions``: bool[K, K] cells where an agent can stand aligned with the
+  face: the face cells (inside the grid, not covered by an alive block) and the lines of
+  cells behind them, outward up to the wall or the first alive block cell.
+* ``block_progress``: pushes to the right still needed to deliver the block,
+  ``K - col - w`` (0 once delivered). ``delivered``: the block is no longer alive.
+* ``required_force``: the force the step rules demand to move the block through the
+  face: the summed weight of the block and every alive block it would push ahead of it
+  (its block chain ``C(j)``, DYNAMICS.md push phase rule 3).
+* ``quorum_status``: aligned agents >= required force; ``quorum_deficit``: how many more
+  aligned agents are needed (0 when the quorum is met). Both are False / 0 for a
+  delivered block, which needs nothing.
+* ``blocked``: the face cannot move the block right now, either because no cell outside
+  the face can hold an agent (every one is a wall or an alive block cell), or because a
+  cell the block would enter is outside the grid (a wall), a cell of another alive block
+  or holds an agent.
+
+>>> import jax, cube_jax
+>>> env = cube_jax.make(scenario=cube_jax.Scenario.from_ascii('''
+... .....:
+... .10a.:
+... .....:
+... .....:
+... .....:
+... .....:
+... '''))
+>>> state, _ = env.reset(jax.random.PRNGKey(0))
+>>> int(count_aligned_agents(state, 0, FACE_IDS["left"]))
+2
+>>> int(quorum_deficit(state, 0, LEFT_FACE)), bool(blocked(state, 0, UP_FACE))
+(0, False)
+"""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from cube_jax.types import ACTION_DELTAS, DOWN, LEFT, RIGHT, UP, State
+
+UP_FACE, DOWN_FACE, LEFT_FACE, RIGHT_FACE = 0, 1, 2, 3
+FACE_NAMES = ("up", "down", "left", "right")
+FACE_IDS = {name: i for i, name in enumerate(FACE_NAMES)}
+NUM_FACES = 4
+# The primitive action that pushes into each face (agents on the left face push RIGHT).
+FACE_PUSH_ACTION = (DOWN, UP, RIGHT, LEFT)
+# (row, col) step from a face cell away from the block, indexed by face id; the push
+# step is its negation.
+FACE_OUTWARD = ((-1, 0), (1, 0), (0, -1), (0, 1))
+
+
+def face_id(face) -> int:
+    """The integer id of a face given by name (``"left"``...) or id; ValueError otherwise."""
+    if isinstance(face, str):
+        if face not in FACE_IDS:
+            raise ValueError(f"unknown face {face!r}; faces are {FACE_NAMES}")
+        return FACE_IDS[face]
+    if isinstance(face, int) and not isinstance(face, bool) and 0 <= face < NUM_FACES:
+        return face
+    raise ValueError(f"face must be one of {FACE_NAMES} or an id 0..{NUM_FACES - 1}, got {face!r}")
+
+
+def push_action(face) -> jax.Array:
+    """int32[]: the primitive action that pushes into ``face`` (traced ids allowed)."""
+    return jnp.asarray(FACE_PUSH_ACTION, jnp.int32)[face]
+
+
+# --- distances ---------------------------------------------------------------------------
+
+
+def get_distance(p: jax.Array, q: jax.Array) -> jax.Array:
+    """int32[]: Manhattan distance between cells ``p`` and ``q`` (int32[2] each)."""
+    return jnp.abs(jnp.asarray(p) - jnp.asarray(q)).sum().astype(jnp.int32)
+
+
+def distance_to_block(state: State, pos: jax.Array, block) -> jax.Array:
+    """int32[]: Manhattan distance from cell ``pos`` to the nearest cell of ``block``'s square."""
+    top_left = state.block_pos[block]
+    w = state.block_weight[block]
+    below = jnp.maximum(top_left - pos, 0)  # how far pos is before the square, per axis
+    beyond = jnp.maximum(pos - (top_left + w - 1), 0)  # how far past it
+    return (below + beyond).sum().astype(jnp.int32)
+
+
+# --- alignment ---------------------------------------------------------------------------
+
+
+def agent_grid(state: State) -> jax.Array:
+    """int32[K, K]: the id of the agent on each cell, -1 where there is none."""
+    k, n = state.grid_size, state.agent_pos.shape[0]
+    idx = jnp.arange(k)
+    rows = idx[:, None] == state.agent_pos[:, 0]  # bool[K, N]
+    cols = idx[:, None] == state.agent_pos[:, 1]  # bool[K, N]
+    here = rows[:, None, :] & cols[None, :, :]  # bool[K, K, N]; agents never share a cell
+    # a comparison grid rather than a scatter: it fuses and compiles much faster on CPU
+    return (jnp.where(here, jnp.arange(1, n + 1, dtype=jnp.int32), 0).sum(-1) - 1).astype(jnp.int32)
+
+
+def block_grid(state: State) -> jax.Array:
+    """int32[K, K]: the id of the alive block covering each cell, -1 where there is none."""
+    k, b = state.grid_size, state.block_pos.shape[0]
+    idx = jnp.arange(k)
+    r, c, w = state.block_pos[:, 0], state.block_pos[:, 1], state.block_weight
+    rows = (idx[:, None] >= r) & (idx[:, None] < r + w) & state.block_alive  # bool[K, B]
+    cols = (idx[:, None] >= c) & (idx[:, None] < c + w)  # bool[K, B]
+    cover = rows[:, None, :] & cols[None, :, :]  # bool[K, K, B]; blocks never overlap
+    return (jnp.where(cover, jnp.arange(1, b + 1, dtype=jnp.int32), 0).sum(-1) - 1).astype(jnp.int32)
+
+
+def _lookup(grid: jax.Array, cells: jax.Array) -> jax.Array:
+    """int32[...]: ``grid`` at ``cells`` (int32[..., 2]), -1 for cells outside the grid."""
+    k = grid.shape[0]
+    inside = ((cells >= 0) & (cells < k)).all(-1)
+    safe = jnp.clip(cells, 0, k - 1)
+    return jnp.where(inside, grid[safe[..., 0], safe[..., 1]], -1)
+
+
+def chain_targets(state: State, direction) -> jax.Array:
+    """int32[N]: the block each agent's chain reaches when every agent pushes in ``direction``.
+
+    From each agent, walk ``direction`` (an action id 1..4, may be traced) through the
+    consecutive cells holding agents; the first cell without one must be a cell of an
+    alive block (DYNAMICS.md push rule 2). B where it is not (empty cell, wall). A line
+    holds at most N agents, so N cells ahead are enough to find its end.
+    """
+    n, b = state.agent_pos.shape[0], state.block_pos.shape[0]
+    step = jnp.asarray(ACTION_DELTAS, jnp.int32)[direction]
+    ahead = jnp.arange(1, n + 1, dtype=jnp.int32)  # int32[N] distances looked at
+    cells = state.agent_pos[:, None, :] + ahead[None, :, None] * step  # int32[N, N, 2]
+    holds_agent = _lookup(agent_grid(state), cells) >= 0  # bool[N, N]
+    run = jnp.cumprod(holds_agent, axis=1).sum(1)  # agents directly ahead, in an unbroken line
+    end = state.agent_pos + (run[:, None] + 1) * step
+    block = _lookup(block_grid(state), end)
+    return jnp.where(block >= 0, block, b).astype(jnp.int32)
+
+
+def face_alignment(state: State, face) -> jax.Array:
+    """int32[N]: the block each agent is aligned with on ``face`` (B if none).
+
+    This is the chain search of the step rules with every agent pushing into ``face``;
+    an agent ends in at most one chain per direction, so in at most one block per face.
+    """
+    return chain_targets(state, push_action(face))
+
+
+def alignment(state: State) -> jax.Array:
+    """int32[4, N]: ``face_alignment`` for every face id."""
+    return jax.vmap(lambda f: face_alignment(state, f))(jnp.arange(NUM_FACES))
+
+
+def aligned_agents(state: State, block, face) -> jax.Array:
+    """bool[N]: agents aligned with ``block`` on ``face``."""
+    return face_alignment(state, face) == block
+
+
+def is_aligned_with_block(state: State, agent, block, face) -> jax.Array:
+    """bool[]: whether ``agent`` is aligned with ``block`` on ``face``."""
+    return face_alignment(state, face)[agent] == block
+
+
+def aligned_counts(state: State) -> jax.Array:
+    """int32[4, B]: ``[f, j]`` = number of agents aligned with block j on face f."""
+    b = state.block_pos.shape[0]
+    table = alignment(state)
+    return (table[:, :, None] == jnp.arange(b)[None, None, :]).sum(1, dtype=jnp.int32)
+
+
+def count_aligned_agents(state: State, block, face) -> jax.Array:
+    """int32[]: number of agents aligned with ``block`` on ``face`` (the face's force if all push)."""
+    return aligned_agents(state, block, face).sum(dtype=jnp.int32)
+
+
+# --- cells around a face -----------------------------------------------------------------
+
+
+def block_cover(state: State) -> jax.Array:
+    """bool[K, K]: cells covered by an alive block."""
+    k = state.grid_size
+    idx = jnp.arange(k)
+    r, c, w = state.block_pos[:, 0], state.block_pos[:, 1], state.block_weight
+    rows = (idx[:, None] >= r) & (idx[:, None] < r + w) & state.block_alive  # bool[K, B]
+    cols = (idx[:, None] >= c) & (idx[:, None] < c + w)  # bool[K, B]
+    return (rows[:, None, :] & cols[None, :, :]).any(-1)
+
+
+def agent_cover(state: State) -> jax.Array:
+    """bool[K, K]: cells holding an agent."""
+    return agent_grid(state) >= 0
+
+
+def _face_line(state: State, block, face):
+    """The face's cells as (bool[K, K] on the face line across the block's span, outward step).
+
+    The face line is the row (up/down) or column (left/right) just outside the face; the
+    span is the block's w cells across it. Cells outside the grid simply do not appear.
+    """
+    k = state.grid_size
+    idx = jnp.arange(k)
+    r, c = state.block_pos[block, 0], state.block_pos[block, 1]
+    w = state.block_weight[block]
+    rows_in = (idx >= r) & (idx < r + w)
+    cols_in = (idx >= c) & (idx < c + w)
+    # per face id: (rows selected, cols selected)
+    rows_sel = jnp.stack([idx == r - 1, idx == r + w, rows_in, rows_in])
+    cols_sel = jnp.stack([cols_in, cols_in, idx == c - 1, idx == c + w])
+    return rows_sel[face][:, None] & cols_sel[face][None, :]
+
+
+def face_cells(state: State, block, face) -> jax.Array:
+    """bool[K, K]: cells just outside ``face`` of ``block`` that can hold an agent.
+
+    These are inside the grid and not covered by an alive block (an agent may stand on
+    one). Empty for a delivered block.
+    """
+    return _face_line(state, block, face) & ~block_cover(state) & state.block_alive[block]
+
+
+def _shift_toward(mask: jax.Array, step) -> jax.Array:
+    """bool[K, K]: ``out[p] = mask[p - step]`` (False where p - step is outside the grid)."""
+    k = mask.shape[0]
+    padded = jnp.pad(mask, 1)
+    dr, dc = step
+    return jax.lax.dynamic_slice(padded, (1 - dr, 1 - dc), (k, k))
+
+
+def all_aligned_positions(state: State, block, face) -> jax.Array:
+    """bool[K, K]: every cell where an agent can stand aligned with ``block`` on ``face``.
+
+    The face cells and the straight lines outward from them, stopping at the wall or at
+    the first cell of an alive block (an agent line cannot pass through a block).
+    """
+    k = state.grid_size
+    free = ~block_cover(state)
+    step = jnp.asarray(FACE_OUTWARD, jnp.int32)[face]
+
+    def grow(_, reach):
+        return reach | (_shift_toward(reach, step) & free)
+
+    # A line outward is at most K - 1 cells long.
+    return jax.lax.fori_loop(0, k - 1, grow, face_cells(state, block, face))
+
+
+# --- block facts ---------------------------------------------------------------------------
+
+
+def delivered(state: State, block) -> jax.Array:
+    """bool[]: whether ``block`` has been delivered."""
+    return ~state.block_alive[block]
+
+
+def block_progress(state: State, block) -> jax.Array:
+    """int32[]: cells the block still has to move right to reach the goal column (0 once delivered)."""
+    k = state.grid_size
+    gap = k - state.block_pos[block, 1] - state.block_weight[block]
+    return jnp.where(state.block_alive[block], gap, 0).astype(jnp.int32)
+
+
+def block_in_front(state: State, direction) -> jax.Array:
+    """bool[B, B]: ``[j, x]`` when alive block x is in front of alive block j in ``direction``.
+
+    "In front of" (DYNAMICS.md push rule 3): some cell of x is a cell of j shifted by one
+    step; as squares these are interval overlaps on both axes. ``direction`` may be traced.
+    """
+    step = jnp.asarray(ACTION_DELTAS, jnp.int32)[direction]
+    r, c, w = state.block_pos[:, 0], state.block_pos[:, 1], state.block_weight
+
+    def overlap(start_j, start_x):  # [j, x]: [start_j, start_j + w_j) meets [start_x, start_x + w_x)
+        return (start_j[:, None] < start_x[None, :] + w[None, :]) & (start_x[None, :] < start_j[:, None] + w[:, None])
+
+    b = r.shape[0]
+    alive = state.block_alive
+    return overlap(r + step[0], r) & overlap(c + step[1], c) & ~jnp.eye(b, dtype=bool) & alive[:, None] & alive[None, :]
+
+
+def chain_weights(state: State, face) -> jax.Array:
+    """int32[B]: ``[j]`` = summed weight of block j's chain ``C(j)`` when pushed into ``face``.
+
+    ``C(j)`` is j plus every alive block reachable through "in front of" in the push
+    direction; the step rules move j only with a force of at least this much (when no
+    other pushed block joins the composite).
+    """
+    b = state.block_pos.shape[0]
+    reach = block_in_front(state, push_action(face)) | jnp.eye(b, dtype=bool)
+    for _ in range(max(0, b - 2).bit_length()):  # squarings that cover paths of up to B - 1 hops
+        reach = (reach.astype(jnp.int32) @ reach.astype(jnp.int32)) > 0
+    return jnp.where(reach, state.block_weight[None, :], 0).sum(1).astype(jnp.int32)
+
+
+def required_force(state: State, block, face) -> jax.Array:
+    """int32[]: force needed to move ``block`` through ``face`` (its chain's weight; 0 if delivered)."""
+    return jnp.where(state.block_alive[block], chain_weights(state, face)[block], 0).astype(jnp.int32)
+
+
+def quorum_deficit(state: State, block, face) -> jax.Array:
+    """int32[]: additional aligned agents needed to push ``block`` through ``face`` (>= 0)."""
+    return jnp.maximum(required_force(state, block, face) - count_aligned_agents(state, block, face), 0)
+
+
+def quorum_status(state: State, block, face) -> jax.Array:
+    """bool[]: aligned agents on ``face`` meet or exceed the force needed (False once delivered)."""
+    return state.block_alive[block] & (quorum_deficit(state, block, face) == 0)
+
+
+def blocked(state: State, block, face) -> jax.Array:
+    """bool[]: ``face`` of ``block`` cannot be used to push it now (see the module docstring).
+
+    Either no cell outside the face can hold an agent, or the block's next cells in the
+    push direction are a wall, another alive block's cells or an agent's cell. A
+    delivered block counts as blocked on every face.
+    """
+    k = state.grid_size
+    no_standing_room = ~face_cells(state, block, face).any()
+    target = state.block_pos[block] - jnp.asarray(FACE_OUTWARD, jnp.int32)[face]
+    w = state.block_weight[block]
+    off_grid = (target < 0).any() | (target + w > k).any()
+    # Cells the block would newly enter = its shifted square minus its own square.
+    idx = jnp.arange(k)
+    shifted = ((idx >= target[0]) & (idx < target[0] + w))[:, None] & ((idx >= target[1]) & (idx < target[1] + w))[None, :]
+    own = _block_square(state, block)
+    entering = shifted & ~own
+    obstacle = block_cover(state) | agent_cover(state)
+    path_obstructed = off_grid | (entering & obstacle).any()
+    return ~state.block_alive[block] | no_standing_room | path_obstructed
+
+
+def _block_square(state: State, block) -> jax.Array:
+    """bool[K, K]: the square of ``block`` (whether alive or not)."""
+    k = state.grid_size
+    idx = jnp.arange(k)
+    r, c = state.block_pos[block, 0], state.block_pos[block, 1]
+    w = state.block_weight[block]
+    return ((idx >= r) & (idx < r + w))[:, None] & ((idx >= c) & (idx < c + w))[None, :]
+
+
+__all__ = [
+    "DOWN_FACE",
+    "FACE_IDS",
+    "FACE_NAMES",
+    "FACE_OUTWARD",
+    "FACE_PUSH_ACTION",
+    "LEFT_FACE",
+    "NUM_FACES",
+    "RIGHT_FACE",
+    "UP_FACE",
+    "agent_cover",
+    "agent_grid",
+    "aligned_agents",
+    "aligned_counts",
+    "alignment",
+    "all_aligned_positions",
+    "block_cover",
+    "block_grid",
+    "block_in_front",
+    "block_progress",
+    "blocked",
+    "chain_targets",
+    "chain_weights",
+    "count_aligned_agents",
+    "delivered",
+    "distance_to_block",
+    "face_alignment",
+    "face_cells",
+    "face_id",
+    "get_distance",
+    "is_aligned_with_block",
+    "push_action",
+    "quorum_deficit",
+    "quorum_status",
+    "required_force",
+]

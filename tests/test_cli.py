@@ -1,0 +1,108 @@
+"""``cube-jax eval``: argument errors, the JSON it writes, and the three kinds of policy.
+
+The end-to-end runs use the small "easy" scenario (8 x 8, 2 agents, 3 blocks, 100 steps)
+with 4 episodes, one compile per policy.
+"""
+from __future__ import annotations
+
+import json
+import sys
+import types
+
+import jax.numpy as jnp
+import pytest
+
+from cube_jax import cli
+
+
+def run(argv, capsys):
+    code = cli.main(argv)
+    return code, capsys.readouterr()
+
+
+@pytest.mark.parametrize(
+    "argv, argument, reason",
+    [
+        (["--policy", "random", "--n", "0"], "--n", "must be >= 1"),
+        (["--policy", "random", "--n", "two"], "--n", "expected an integer"),
+        (["--policy", "random", "--n", "2", "--episodes", "0"], "--episodes", "must be >= 1"),
+        (["--policy", "nonsense", "--n", "2"], "--policy", "'nonsense' is neither heuristic nor random"),
+        (["--policy", "random", "--scenario", "nowhere"], "--scenario", "unknown scenario 'nowhere'"),
+        (["--policy", "heuristic"], "--policy", "give --n N or --scenario NAME"),
+        (["--policy", "random", "--n", "2", "--scenario", "easy"], "--scenario", "not allowed with argument --n"),
+    ],
+)
+def test_bad_arguments_are_argparse_errors_naming_the_argument(argv, argument, reason, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["eval", *argv])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert f"argument {argument}" in err and reason in err, err
+
+
+def check_json(path, episodes, seed, max_steps, blocks):
+    out = json.loads(path.read_text())
+    assert set(out) == {"success_rate", "mean_steps", "episodes"}
+    assert [e["seed"] for e in out["episodes"]] == list(range(seed, seed + episodes))
+    for e in out["episodes"]:
+        assert set(e) == {"seed", "blocks_total", "blocks_delivered", "steps", "success"}
+        assert e["blocks_total"] == blocks and 0 <= e["blocks_delivered"] <= blocks
+        assert e["success"] == (e["blocks_delivered"] == blocks)
+        assert 1 <= e["steps"] <= max_steps
+        if not e["success"]:
+            assert e["steps"] == max_steps  # an unfinished episode runs to the limit
+    assert out["success_rate"] == pytest.approx(sum(e["success"] for e in out["episodes"]) / episodes)
+    assert out["mean_steps"] == pytest.approx(sum(e["steps"] for e in out["episodes"]) / episodes)
+    return out
+
+
+@pytest.mark.slow
+def test_heuristic_solves_easy_and_writes_the_json(tmp_path, capsys):
+    path = tmp_path / "out" / "heuristic.json"
+    code, captured = run(["eval", "--policy", "heuristic", "--scenario", "easy", "--episodes", "4", "--seed", "3",
+                          "--json", str(path), "--no-progress"], capsys)
+    assert code == 0
+    out = check_json(path, episodes=4, seed=3, max_steps=100, blocks=3)
+    # "easy" has one fixed layout: every episode is the same, solved well within the limit
+    assert out["success_rate"] == 1.0
+    assert len({e["steps"] for e in out["episodes"]}) == 1 and out["mean_steps"] < 100
+    assert "success rate      1.000" in captured.out and "episodes/s" in captured.out
+
+
+@pytest.mark.slow
+def test_random_policy_runs_end_to_end(tmp_path, capsys):
+    path = tmp_path / "random.json"
+    code, captured = run(["eval", "--policy", "random", "--scenario", "easy", "--episodes", "4", "--seed", "0",
+                          "--max-steps", "30", "--json", str(path)], capsys)
+    assert code == 0
+    check_json(path, episodes=4, seed=0, max_steps=30, blocks=3)
+    assert "eval" in captured.err  # the progress bar
+
+
+@pytest.mark.slow
+def test_checkpoint_policy_is_loaded_lazily_and_used(tmp_path, capsys, monkeypatch):
+    calls = {}
+
+    class StayPolicy:
+        env_kwargs = {"scenario": "easy", "observation": "vector"}
+
+        def act(self, observation, key, greedy=True):
+            calls["shape"] = observation.shape
+            return jnp.zeros(observation.shape[:-1], jnp.int32)
+
+    def load_policy(path):
+        calls["path"] = str(path)
+        return StayPolicy()
+
+    fake = types.ModuleType("cube_jax.rl.policy")
+    fake.load_policy = load_policy
+    monkeypatch.setitem(sys.modules, "cube_jax.rl.policy", fake)
+    folder = tmp_path / "run"
+    folder.mkdir()
+    path = tmp_path / "ckpt.json"
+    code, _ = run(["eval", "--policy", str(folder), "--episodes", "2", "--max-steps", "20", "--json", str(path),
+                   "--no-progress"], capsys)
+    assert code == 0
+    assert calls["path"] == str(folder) and calls["shape"][0] == 2  # per-agent observations of "easy"
+    out = check_json(path, episodes=2, seed=0, max_steps=20, blocks=3)
+    assert out["success_rate"] == 0.0 and out["mean_steps"] == 20.0  # standing still delivers nothing

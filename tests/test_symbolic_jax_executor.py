@@ -1,0 +1,181 @@
+"""The JAX plan executor and heuristic against the CPU ones, step by step.
+
+Every step compares the joint primitive action and each agent's plan index, emitted
+count, started flag, failure and status (``PlanExecutor.snapshot``); the world then
+advances with the CPU actions. Everything runs in the shape of the "hard" scenario
+(8 x 8, 3 agents, 3 blocks, plans of 3 actions) so each jitted function compiles once.
+"""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import cube_jax
+from cube_jax import State
+
+N_AGENTS, N_BLOCKS, K, L = 3, 3, 8, 3
+
+
+@pytest.fixture(scope="module")
+def cpu():
+    # Imported inside the fixture so a missing CPU executor fails these tests rather than
+    # skipping them.
+    from cube_jax.symbolic import executor, planners
+
+    return executor, planners
+
+
+@pytest.fixture(scope="module")
+def env():
+    return cube_jax.make("hard")
+
+
+@pytest.fixture(scope="module")
+def jitted():
+    from cube_jax.symbolic import jax_executor as jx
+
+    return {"step": jax.jit(jx.executor_step), "set": jax.jit(jx.set_plans)}
+
+
+def snapshot(ex, n):
+    from cube_jax.symbolic.jax_executor import STATUS_NAMES
+
+    return [
+        {
+            "index": int(ex.index[i]),
+            "emitted": int(ex.emitted[i]),
+            "started": bool(ex.started[i]),
+            "failed": bool(ex.failed[i]),
+            "status": STATUS_NAMES[int(ex.status[i])],
+        }
+        for i in range(n)
+    ]
+
+
+# --------------------------------------------------------------------------- random worlds and plans
+
+
+def random_state(rng) -> State:
+    """A valid random layout in the hard scenario's shape: weights 3, 2, 1 (blocks may be delivered)."""
+    while True:
+        taken, blocks = set(), []
+        for w in (3, 2, 1):
+            r, c = int(rng.integers(0, K - w + 1)), int(rng.integers(0, K - w))
+            square = {(r + i, c + j) for i in range(w) for j in range(w)}
+            if square & taken:
+                break
+            taken |= square
+            blocks.append((r, c))
+        if len(blocks) == N_BLOCKS:
+            break
+    # agents near the blocks so that faces, queues and chains come up often
+    near = sorted(
+        ((r, c) for r in range(K) for c in range(K) if (r, c) not in taken),
+        key=lambda cell: (min(abs(cell[0] - r) + abs(cell[1] - c) for r, c in blocks), rng.random()),
+    )[:8]
+    agents = [near[i] for i in rng.choice(len(near), N_AGENTS, replace=False)]
+    alive = rng.random(N_BLOCKS) < 0.9
+    alive[0] = True  # keep at least one block to plan for
+    return State(
+        agent_pos=jnp.asarray(agents, jnp.int32),
+        block_pos=jnp.asarray(blocks, jnp.int32),
+        block_weight=jnp.asarray([3, 2, 1], jnp.int32),
+        block_alive=jnp.asarray(alive),
+        t=jnp.int32(0),
+        key=jax.random.PRNGKey(0),
+        grid_size=K,
+    )
+
+
+def random_plan(rng, alive):
+    """A random valid plan of 1..L actions over the alive blocks, biased toward useful ones."""
+    from cube_jax.symbolic import make_action
+
+    blocks = [int(j) for j in np.flatnonzero(alive)]
+    faces = ("up", "down", "left", "right")
+    plan = []
+    for _ in range(int(rng.integers(1, L + 1))):
+        b, f = int(rng.choice(blocks)), str(rng.choice(faces))
+        kind = rng.choice(["move_to_block", "rendezvous", "push_block", "idle", "move", "yield_block", "wait_agents"],
+                          p=[0.3, 0.2, 0.2, 0.05, 0.1, 0.05, 0.1])
+        if kind == "move_to_block":
+            plan.append(make_action(kind, b, f))
+        elif kind == "rendezvous":
+            plan.append(make_action(kind, b, f, int(rng.integers(1, N_AGENTS + 1)), int(rng.integers(0, 6))))
+        elif kind in ("push_block", "yield_block"):
+            plan.append(make_action(kind, b, int(rng.integers(0, 4))))
+        elif kind == "idle":
+            plan.append(make_action(kind, int(rng.integers(0, 3))))
+        elif kind == "move":
+            plan.append(make_action(kind, str(rng.choice(faces)), int(rng.integers(0, 3))))
+        else:
+            plan.append(make_action(kind, int(rng.integers(1, N_AGENTS + 1)), int(rng.integers(0, 6))))
+    return plan
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", range(4))
+def test_executor_matches_cpu_on_random_plans(seed, cpu, env, jitted):
+    from cube_jax.symbolic import jax_executor as jx
+
+    executor, _ = cpu
+    rng = np.random.default_rng(seed)
+    for episode in range(4):
+        state = random_state(rng)
+        ex_cpu = executor.PlanExecutor(env)
+        ex_jax = jx.init_executor(jnp.zeros((N_AGENTS, L, 1 + jx.MAX_ARGS), jnp.int32), jnp.zeros(N_AGENTS, jnp.int32))
+        for t in range(25):
+            alive = np.asarray(state.block_alive)
+            if not alive.any():
+                break
+            # new plans for idle agents (and now and then for a busy one)
+            fresh = [ex_cpu.is_idle(i) or rng.random() < 0.05 for i in range(N_AGENTS)]
+            plans = [random_plan(rng, alive) if f else [] for f in fresh]
+            for i in range(N_AGENTS):
+                if fresh[i]:
+                    ex_cpu.set_plan(i, plans[i], state)
+            rows, length = jx.compile_plans(plans, max_len=L)
+            ex_jax = jitted["set"](ex_jax, jnp.asarray(fresh), rows, length)
+
+            actions_cpu = ex_cpu.act(state)
+            ex_jax, actions_jax = jitted["step"](ex_jax, state)
+            where = f"seed {seed} episode {episode} t {t}\n{env.render(state)}\nplans {[str(p) for p in ex_cpu.agents]}"
+            assert actions_cpu.tolist() == np.asarray(actions_jax).tolist(), where
+            assert ex_cpu.snapshot() == snapshot(ex_jax, N_AGENTS), where
+            state, _ = env.step(state, jnp.asarray(actions_cpu))
+
+
+def test_compile_plans_encodes_codes_faces_and_directions():
+    from cube_jax.symbolic import parse_plan
+    from cube_jax.symbolic.jax_executor import compile_plans
+
+    rows, length = compile_plans([parse_plan("rendezvous(2, right, 2, 7); move(down, 3)"), parse_plan("wait_agents(2, 5)")])
+    assert length.tolist() == [2, 1]
+    assert rows.shape == (2, 2, 5)
+    assert rows[0].tolist() == [[3, 2, 3, 2, 7], [1, 2, 3, 0, 0]]  # right face = 3, DOWN = 2
+    assert rows[1].tolist() == [[6, 2, 5, 0, 0], [0, 0, 0, 0, 0]]
+    with pytest.raises(ValueError, match="max_len"):
+        compile_plans([parse_plan("idle(1); idle(2)")], max_len=1)
+
+
+@pytest.mark.slow
+def test_heuristic_matches_cpu_planner_on_hard(cpu, env):
+    from cube_jax.symbolic.jax_heuristic import heuristic_policy
+
+    _, planners = cpu
+    policy, policy_state = heuristic_policy(env)
+    policy = jax.jit(policy)
+    planner = planners.HeuristicPlanner(env)
+    state, ts = env.reset(jax.random.PRNGKey(0))
+    planner.reset()
+    for t in range(env.max_steps):
+        actions_cpu = planner.act(state)
+        actions_jax, policy_state = policy(state, policy_state)
+        assert actions_cpu.tolist() == np.asarray(actions_jax).tolist(), f"t {t}\n{env.render(state)}"
+        assert planner.executor.snapshot() == snapshot(policy_state.executor, N_AGENTS), f"t {t}"
+        state, ts = env.step(state, jnp.asarray(actions_cpu))
+        if bool(ts.terminated | ts.truncated):
+            break
+    assert bool(ts.terminated), "the heuristic delivers every block of the hard scenario"
