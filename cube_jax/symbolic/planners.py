@@ -79,10 +79,10 @@ def lane_exit_plan(world: World, agent: int, lanes: np.ndarray) -> Optional[List
     return None if step is None else [make_action("move", ACTION_NAMES[step].lower(), 1)]
 
 
-class HeuristicPlanner:
-    """The cube paper's greedy baseline: everyone on the block closest to the goal."""
+class _ExecutorPlanner:
+    """A planner that drives a :class:`PlanExecutor` and replans as plans end."""
 
-    name = "heuristic"
+    name = ""
 
     def __init__(self, env, keep_history: bool = False):
         self.env = env
@@ -94,6 +94,15 @@ class HeuristicPlanner:
 
     def reset(self) -> None:
         self.executor = PlanExecutor(self.env, keep_history=self.keep_history)
+
+
+class HeuristicPlanner(_ExecutorPlanner):
+    """The cube paper's greedy baseline: everyone on the block closest to the goal."""
+
+    name = "heuristic"
+
+    def reset(self) -> None:
+        super().reset()
         self.target: Optional[int] = None
 
     def act(self, state) -> np.ndarray:
@@ -130,19 +139,13 @@ def lane_blockers(world: World) -> Dict[int, List[int]]:
     return blockers
 
 
-class TeamPlanner:
+class TeamPlanner(_ExecutorPlanner):
     """Sub-teams sized to each block's weight, working on several clear blocks at once."""
 
     name = "team"
 
-    def __init__(self, env, keep_history: bool = False):
-        self.env = env
-        self.keep_history = keep_history
-        self.timeout = 4 * env.grid_size
-        self.reset()
-
     def reset(self) -> None:
-        self.executor = PlanExecutor(self.env, keep_history=self.keep_history)
+        super().reset()
         self.assigned: Dict[int, int] = {}  # agent -> block
         self.plan_kind: Dict[int, str] = {}  # agent -> "deliver" | "gather" | "yield"
 
