@@ -285,11 +285,12 @@ def main(argv=None) -> int:
     steps, repeats = args.steps, args.repeats
     results = {
         "machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "jax": jax.__version__,
-                    "backend": jax.default_backend(), "devices": [str(d) for d in jax.devices()]},
+                    "backend": jax.default_backend(), "devices": [str(d) for d in jax.devices()],
+                    "load_average_at_start": os.getloadavg()},
         "args": {"steps": steps, "repeats": repeats, "quick": quick},
     }
 
-    print(f"JAX {jax.__version__} on {jax.default_backend()} ({os.cpu_count()} CPUs)")
+    print(f"JAX {jax.__version__} on {jax.default_backend()} ({os.cpu_count()} CPUs), load average {os.getloadavg()[0]:.1f}")
     ref = bench_reference(4, seconds=1.0 if quick else 3.0)
     results["reference"] = [ref]
     print(_table("plain-Python reference (tests/reference.py), n=4, one env", [ref], ["n", "envs", "env_steps_per_s"]))
@@ -335,6 +336,7 @@ def main(argv=None) -> int:
     print(_table("one jitted step of one env (latency)", large,
                  ["n", "grid", "blocks", "observation", "step_ms", "compile_s", "memory_bytes"]))
 
+    results["machine"]["load_average_at_end"] = os.getloadavg()
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(results, indent=2))
     plot = args.out.with_suffix(".png")

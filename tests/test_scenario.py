@@ -119,3 +119,17 @@ def test_bad_yaml_files(tmp_path):
 def test_make_rejects_bad_input(call, message):
     with pytest.raises(ValueError, match=message):
         call()
+
+
+def test_composite_case_study_behaves_as_documented():
+    import jax
+    import jax.numpy as jnp
+
+    env = cube_jax.make(scenario=str(ROOT / "configs" / "scenarios" / "composite.yaml"))
+    start, _ = env.reset(jax.random.PRNGKey(0))
+    moved, _ = env.step(start, jnp.full((5,), cube_jax.RIGHT))
+    assert [b[:2] for b in cube_jax.layout(moved)["blocks"]] == [(2, 4), (4, 4), (2, 5)]
+    for lazy in range(5):
+        actions = jnp.full((5,), cube_jax.RIGHT).at[lazy].set(cube_jax.STAY)
+        stuck, _ = env.step(start, actions)
+        assert cube_jax.layout(stuck)["blocks"] == cube_jax.layout(start)["blocks"], f"agent {lazy} idle"
