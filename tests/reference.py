@@ -15,7 +15,7 @@ The tests compare the JAX environment against this module state by state.
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 STAY, UP, DOWN, LEFT, RIGHT = 0, 1, 2, 3, 4
 
