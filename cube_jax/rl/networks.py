@@ -1,0 +1,68 @@
+"""Actor and critic MLPs. Parameters are shared by all agents: the agent axis is just
+another batch axis, and every observation carries the agent's one-hot id."""
+from __future__ import annotations
+
+import flax.linen as nn
+import jax
+import numpy as np
+
+ACTIVATIONS = {"tanh": nn.tanh, "relu": nn.relu}
+
+
+class MLP(nn.Module):
+    """``layers`` hidden layers of width ``hidden``, then a linear head of ``out`` units."""
+
+    hidden: int
+    layers: int
+    out: int
+    activation: str = "tanh"
+    head_scale: float = 1.0
+
+    @nn.compact
+    def __call__(self, x: jax.Array) -> jax.Array:
+        act = ACTIVATIONS[self.activation]
+        for _ in range(self.layers):
+            x = act(nn.Dense(self.hidden, kernel_init=nn.initializers.orthogonal(np.sqrt(2)))(x))
+        # A small policy head starts near-uniform; the critic head starts at unit scale.
+        return nn.Dense(self.out, kernel_init=nn.initializers.orthogonal(self.head_scale))(x)
+
+
+class Actor(nn.Module):
+    """float32[..., D] observation -> float32[..., A] action logits."""
+
+    num_actions: int
+    hidden: int = 64
+    layers: int = 2
+    activation: str = "tanh"
+
+    @nn.compact
+    def __call__(self, observation: jax.Array) -> jax.Array:
+        return MLP(self.hidden, self.layers, self.num_actions, self.activation, head_scale=0.01)(observation)
+
+
+class Critic(nn.Module):
+    """float32[..., C] critic input -> float32[...] value."""
+
+    hidden: int = 64
+    layers: int = 2
+    activation: str = "tanh"
+
+    @nn.compact
+    def __call__(self, critic_input: jax.Array) -> jax.Array:
+        return MLP(self.hidden, self.layers, 1, self.activation, head_scale=1.0)(critic_input)[..., 0]
+
+
+def build_networks(network_config: dict, num_actions: int):
+    """(Actor, Critic) modules from the ``network`` section of a config."""
+    kw = dict(hidden=network_config["hidden"], layers=network_config["layers"], activation=network_config["activation"])
+    return Actor(num_actions=num_actions, **kw), Critic(**kw)
+
+
+def flat_features(x: jax.Array, batch_dims: int) -> jax.Array:
+    """Flattens everything after the first ``batch_dims`` axes (grid observations -> vectors)."""
+    return x.reshape(x.shape[:batch_dims] + (-1,))
+
+
+def param_count(params) -> int:
+    return int(sum(np.prod(p.shape) for p in jax.tree.leaves(params)))
+

@@ -1,0 +1,170 @@
+"""The run folder: config, metrics.jsonl (one line per update), summary.json, learning
+curve, a GIF of the trained policy and the checkpoint folder."""
+from __future__ import annotations
+
+import json
+import math
+import time
+from pathlib import Path
+from typing import Any, Dict, Iterable, List, Optional
+
+import numpy as np
+import yaml
+
+METRICS_FILE = "metrics.jsonl"
+SUMMARY_FILE = "summary.json"
+CURVE_FILE = "learning_curve.png"
+GIF_FILE = "policy.gif"
+CONFIG_FILE = "config.yaml"
+CHECKPOINT_DIR = "checkpoint"
+
+
+def run_name(config: Dict[str, Any]) -> str:
+    env = config["env"]
+    world = env["scenario"] if env["scenario"] is not None else f"n{env['n']}"
+    world = Path(str(world)).stem  # a scenario path names the run by its file
+    return f"{config['algo']}-{world}-{time.strftime('%Y%m%d-%H%M%S')}"
+
+
+def make_run_dir(config: Dict[str, Any]) -> Path:
+    """Creates (or, when resuming, reuses) the run folder and writes config.yaml into it."""
+    out = config["output"]
+    if out["resume"] is not None:
+        run_dir = resume_run_dir(out["resume"])
+    else:
+        run_dir = Path(out["root"]) / (out["name"] or run_name(config))
+        run_dir.mkdir(parents=True, exist_ok=True)
+    with open(run_dir / CONFIG_FILE, "w") as f:
+        yaml.safe_dump(config, f, sort_keys=False)
+    return run_dir
+
+
+def resume_run_dir(path) -> Path:
+    """The run folder of ``path``, which may be the run folder or its checkpoint folder."""
+    path = Path(path)
+    if (path / CHECKPOINT_DIR).is_dir():
+        return path
+    if path.name == CHECKPOINT_DIR and path.is_dir():
+        return path.parent
+    raise FileNotFoundError(f"output.resume={str(path)!r}: no run folder with a {CHECKPOINT_DIR}/ inside")
+
+
+def _clean(value):
+    """JSON-safe scalar: NaN (no episode finished in that update) becomes null."""
+    value = float(value) if isinstance(value, (np.floating, float, np.ndarray)) else value
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, np.integer):
+        return int(value)
+    return value
+
+
+def metric_rows(metrics: Dict[str, np.ndarray], first_update: int, steps_per_update: int,
+                wall_seconds: float) -> List[Dict[str, Any]]:
+    """One dict per update from chunk metrics ``{name: float[U, S]}`` (S seeds), seed-averaged."""
+    num_updates = next(iter(metrics.values())).shape[0]
+    rows = []
+    for u in range(num_updates):
+        update = first_update + u + 1
+        row = {"update": update, "env_steps": update * steps_per_update, "wall_seconds": round(wall_seconds, 3)}
+        for name, values in metrics.items():
+            per_seed = np.asarray(values[u], dtype=np.float64)
+            finite = per_seed[np.isfinite(per_seed)]
+            row[name] = _clean(finite.mean()) if finite.size else None
+            if per_seed.size > 1:
+                row[name + "_per_seed"] = [_clean(v) for v in per_seed]
+        rows.append(row)
+    return rows
+
+
+def append_metrics(run_dir: Path, rows: Iterable[Dict[str, Any]]) -> None:
+    with open(run_dir / METRICS_FILE, "a") as f:
+        for row in rows:
+            f.write(json.dumps(row) + "\n")
+
+
+def read_metrics(run_dir: Path) -> List[Dict[str, Any]]:
+    path = Path(run_dir) / METRICS_FILE
+    if not path.is_file():
+        return []
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def write_summary(run_dir: Path, summary: Dict[str, Any]) -> Path:
+    path = run_dir / SUMMARY_FILE
+    with open(path, "w") as f:
+        json.dump(summary, f, indent=2)
+    return path
+
+
+def smoothed(values: List[Optional[float]], window: int = 5) -> np.ndarray:
+    """Trailing mean over the last ``window`` finite values (updates without episodes skipped)."""
+    out, recent = [], []
+    for v in values:
+        if v is not None:
+            recent = (recent + [v])[-window:]
+        out.append(np.mean(recent) if recent else np.nan)
+    return np.asarray(out)
+
+
+def plot_learning_curve(run_dir: Path, title: str, path: Optional[Path] = None) -> Path:
+    """learning_curve.png: success rate, blocks delivered and return against env steps."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = read_metrics(run_dir)
+    steps = np.asarray([r["env_steps"] for r in rows], dtype=np.float64)
+    fig, (ax_rate, ax_ret) = plt.subplots(1, 2, figsize=(9, 3.2))
+    for name, label in (("success_rate", "success rate"), ("blocks_delivered_frac", "blocks delivered")):
+        ax_rate.plot(steps, smoothed([r.get(name) for r in rows]), label=label)
+    ax_rate.set_ylim(-0.02, 1.02)
+    ax_rate.set_xlabel("env steps")
+    ax_rate.legend(loc="lower right")
+    ax_ret.plot(steps, smoothed([r.get("episode_return") for r in rows]), color="tab:green")
+    ax_ret.set_xlabel("env steps")
+    ax_ret.set_ylabel("episode return")
+    fig.suptitle(title)
+    fig.tight_layout()
+    path = Path(path) if path is not None else run_dir / CURVE_FILE
+    fig.savefig(path, dpi=80)
+    plt.close(fig)
+    return path
+
+
+def write_gif(states, done: np.ndarray, path: Path) -> Path:
+    """GIF of one episode: ``states`` is a State batched over time, ``done`` bool[T]."""
+    import jax
+
+    from cube_jax.render import render_rgb, save_gif
+
+    done = np.asarray(done)
+    last = int(np.argmax(done)) if done.any() else len(done) - 1
+    states = jax.device_get(states)
+    frames = [render_rgb(jax.tree.map(lambda x: x[t], states)) for t in range(last + 1)]
+    save_gif(frames, path)
+    return path
+
+
+def chunk_row(rows: List[Dict[str, Any]]) -> Dict[str, Any]:
+    """The last row of a chunk with episode statistics averaged over the chunk's updates
+    (episodes of a synchronised batch end only in some updates)."""
+    out = dict(rows[-1])
+    for name in ("episode_return", "success_rate", "blocks_delivered_frac"):
+        values = [r[name] for r in rows if r.get(name) is not None]
+        out[name] = float(np.mean(values)) if values else None
+    return out
+
+
+def progress_line(row: Dict[str, Any], num_updates: int, steps_per_second: float) -> str:
+    def fmt(name, spec=".2f"):
+        value = row.get(name)
+        return "  -  " if value is None else format(value, spec)
+
+    return (
+        f"update {row['update']:>5}/{num_updates}  env-steps {row['env_steps']:>11,}  "
+        f"{steps_per_second:>9,.0f} steps/s  return {fmt('episode_return', '+.3f')}  "
+        f"success {fmt('success_rate')}  blocks delivered {fmt('blocks_delivered_frac')}"
+    )

@@ -1,0 +1,381 @@
+"""IPPO and MAPPO on CUBE, trained end to end inside jitted programs (PureJaxRL style).
+
+One set of actor/critic parameters is shared by every agent: observations are
+``float32[E, N, D]`` and the agent axis ``N`` is a batch axis like the env axis ``E``
+(each observation carries the agent's one-hot id). The two algorithms differ only in
+what the critic sees:
+
+* IPPO: the agent's own observation;
+* MAPPO: a global state: the compact world vector (:func:`world_vector`) next to the
+  agent's own observation (``"obs_world"``, the default: an agent-specific global
+  state), or the world vector or flattened five-channel grid plus the agent's one-hot id.
+
+``make_train(config)`` returns ``train(key)``: rollouts and updates in nested
+``lax.scan``s, the whole run one jitted program; ``jax.vmap(train)(keys)`` trains several
+seeds at once. :class:`PPO` exposes the same pieces (``init``, ``update``, ``evaluate``) so
+that :mod:`cube_jax.rl.run` can run the updates in jitted chunks to show progress, save
+checkpoints and shard the env batch over a device mesh.
+"""
+from __future__ import annotations
+
+from typing import Any, Dict, Tuple
+
+import distrax
+import jax
+import jax.numpy as jnp
+import optax
+from flax import struct
+
+import cube_jax
+from cube_jax.observations import grid_observation
+from cube_jax.rl.config import env_kwargs
+from cube_jax.rl.gae import bootstrap_values, gae
+from cube_jax.rl.networks import build_networks
+from cube_jax.rl.shaping import ShapingWrapper
+from cube_jax.types import EnvConfig, State
+from cube_jax.wrappers import AutoResetWrapper, LogWrapper
+
+
+# --- what the critic sees --------------------------------------------------------------------
+def world_vector(cfg: EnvConfig, state: State) -> jax.Array:
+    """float32[2N + 4B + 1]: every agent's and block's position, block weights, alive flags, time."""
+    scale = jnp.float32(max(cfg.grid_size - 1, 1))
+    return jnp.concatenate(
+        [
+            state.agent_pos.reshape(-1).astype(jnp.float32) / scale,
+            state.block_pos.reshape(-1).astype(jnp.float32) / scale,
+            state.block_weight.astype(jnp.float32) / jnp.max(state.block_weight).astype(jnp.float32),
+            state.block_alive.astype(jnp.float32),
+            (state.t.astype(jnp.float32) / cfg.max_steps)[None],
+        ]
+    )
+
+
+def critic_input(kind: str, cfg: EnvConfig, state: State, observation: jax.Array) -> jax.Array:
+    """float32[N, C]: the critic's input for each agent of one environment.
+
+    ``kind`` is ``"obs"`` (IPPO: the agent's own observation), ``"obs_world"`` (MAPPO:
+    the agent's observation followed by the world vector), ``"world"`` or ``"grid"``
+    (MAPPO: a global state shared by all agents, plus the agent's one-hot id).
+    """
+    n = cfg.num_agents
+    own = observation.reshape(n, -1)
+    if kind == "obs":
+        return own
+    if kind == "obs_world":
+        world = world_vector(cfg, state)
+        return jnp.concatenate([own, jnp.broadcast_to(world, (n, world.shape[0]))], axis=1)
+    if kind == "world":
+        world = world_vector(cfg, state)
+    elif kind == "grid":
+        world = grid_observation(state).reshape(-1)
+    else:
+        raise ValueError(f"critic input: unknown kind {kind!r}; expected 'obs', 'obs_world', 'world' or 'grid'")
+    return jnp.concatenate([jnp.broadcast_to(world, (n, world.shape[0])), jnp.eye(n, dtype=jnp.float32)], axis=1)
+
+
+class FinalCriticInputWrapper:
+    """Adds ``extras["final_critic_input"]`` float32[N, C] of the state a step reached.
+
+    Put under the auto-reset: the extras survive the reset, so a truncated step can be
+    bootstrapped from the critic's value of the pre-reset state even when the critic
+    looks at the world state rather than the observation.
+    """
+
+    def __init__(self, env, kind: str):
+        self._env = env
+        self.kind = kind
+
+    def __getattr__(self, name):
+        return getattr(self._env, name)
+
+    def _with_input(self, state, ts):
+        final = critic_input(self.kind, self._env.cfg, state, ts.observation)
+        return state, ts.replace(extras=dict(ts.extras, final_critic_input=final))
+
+    def reset(self, key):
+        return self._with_input(*self._env.reset(key))
+
+    def step(self, state, actions):
+        return self._with_input(*self._env.step(state, actions))
+
+
+# --- the training state ----------------------------------------------------------------------
+@struct.dataclass
+class Runner:
+    """Everything one seed's training carries from update to update."""
+
+    params: Any  # {"actor": ..., "critic": ...} shared by all agents
+    opt_state: Any
+    env_state: Any  # LogState batched over E environments
+    obs: jax.Array  # float32[E, N, D] current observations
+    key: jax.Array  # PRNG key
+    update: jax.Array  # int32[] updates done so far
+
+
+@struct.dataclass
+class Transition:
+    obs: jax.Array  # float32[E, N, D]
+    critic_in: jax.Array  # float32[E, N, C]
+    action: jax.Array  # int32[E, N]
+    log_prob: jax.Array  # float32[E, N]
+    value: jax.Array  # float32[E, N]
+    reward: jax.Array  # float32[E, N] (shaped when shaping is on)
+    terminated: jax.Array  # bool[E]
+    truncated: jax.Array  # bool[E]
+    final_critic_in: jax.Array  # float32[E, N, C] critic input of the pre-reset state
+    episode: Dict[str, jax.Array]  # LogWrapper statistics, each [E]
+
+
+def _mask_mean(x: jax.Array, mask: jax.Array) -> jax.Array:
+    """Mean of ``x`` where ``mask``; NaN when the mask is empty (no episode finished)."""
+    count = mask.sum()
+    total = jnp.sum(jnp.where(mask, x.astype(jnp.float32), 0.0))
+    return jnp.where(count > 0, total / jnp.maximum(count, 1), jnp.nan)
+
+
+class PPO:
+    """IPPO/MAPPO for one seed; vmap its methods over seeds."""
+
+    def __init__(self, config: Dict[str, Any]):
+        self.config = config
+        self.train_cfg = t = config["train"]
+        self.env_kwargs = env_kwargs(config)
+        self.env = cube_jax.make(**self.env_kwargs)
+        self.critic_kind = "obs" if config["algo"] == "ippo" else config["network"]["critic_input"]
+        env = self.env
+        if config["shaping"]["enabled"]:
+            env = ShapingWrapper(env, t["gamma"])
+        self.train_env = LogWrapper(AutoResetWrapper(FinalCriticInputWrapper(env, self.critic_kind)))
+        self.shaping_coef = float(config["shaping"]["coef"]) if config["shaping"]["enabled"] else 0.0
+        self.actor, self.critic = build_networks(config["network"], self.env.num_actions)
+        self.num_envs, self.num_steps = t["num_envs"], t["num_steps"]
+        self.num_updates = t["total_timesteps"] // (self.num_envs * self.num_steps)
+        self.num_agents = self.env.num_agents
+        self.batch_size = self.num_envs * self.num_steps * self.num_agents  # samples per update
+        self.minibatch_size = self.batch_size // t["num_minibatches"]
+        # The learning rate is applied in _minibatch_step rather than inside optax so that the
+        # annealing horizon (total updates) is a traced value: a resumed run with a longer
+        # budget reuses the compiled program.
+        self.optimizer = optax.chain(optax.clip_by_global_norm(t["max_grad_norm"]), optax.scale_by_adam(eps=1e-5))
+
+    @property
+    def steps_per_update(self) -> int:
+        """Environment steps of one update (each moves every agent of one environment)."""
+        return self.num_envs * self.num_steps
+
+    def learning_rate(self, updates_done: jax.Array, num_updates: jax.Array) -> jax.Array:
+        """float32[]: ``lr``, linearly annealed to 0 over ``num_updates`` when ``anneal_lr``."""
+        t = self.train_cfg
+        if not t["anneal_lr"]:
+            return jnp.float32(t["lr"])
+        return t["lr"] * jnp.maximum(1.0 - updates_done.astype(jnp.float32) / num_updates, 0.0)
+
+    # -- pieces ---------------------------------------------------------------------------------
+    def critic_inputs(self, env_state, obs: jax.Array) -> jax.Array:
+        """float32[E, N, C] for the current (post-reset) states of a batch."""
+        base_state = env_state.env_state  # LogState -> the base State (the auto-reset keeps no wrapper state)
+        return jax.vmap(lambda s, o: critic_input(self.critic_kind, self.env.cfg, s, o))(base_state, obs)
+
+    def init(self, key: jax.Array) -> Runner:
+        key, k_actor, k_critic, k_env = jax.random.split(key, 4)
+        env_state, ts = jax.vmap(self.train_env.reset)(jax.random.split(k_env, self.num_envs))
+        sample_critic = self.critic_inputs(env_state, ts.observation)[0, 0]
+        params = {
+            "actor": self.actor.init(k_actor, ts.observation[0, 0]),
+            "critic": self.critic.init(k_critic, sample_critic),
+        }
+        return Runner(params, self.optimizer.init(params), env_state, ts.observation, key, jnp.int32(0))
+
+    def _env_step(self, runner: Runner, _) -> Tuple[Runner, Transition]:
+        key, k_act = jax.random.split(runner.key)
+        critic_in = self.critic_inputs(runner.env_state, runner.obs)
+        logits = self.actor.apply(runner.params["actor"], runner.obs)  # [E, N, A]
+        value = self.critic.apply(runner.params["critic"], critic_in)  # [E, N]
+        pi = distrax.Categorical(logits=logits)
+        action = pi.sample(seed=k_act).astype(jnp.int32)
+        log_prob = pi.log_prob(action)
+        env_state, ts = jax.vmap(self.train_env.step)(runner.env_state, action)
+        reward = ts.reward
+        if self.shaping_coef:
+            reward = reward + self.shaping_coef * ts.extras["shaping"][:, None]
+        episode = {
+            k: ts.extras[k]
+            for k in ("returned_episode", "episode_return", "episode_length", "blocks_delivered", "success")
+        }
+        transition = Transition(
+            runner.obs, critic_in, action, log_prob, value, reward,
+            ts.terminated, ts.truncated, ts.extras["final_critic_input"], episode,
+        )
+        return runner.replace(env_state=env_state, obs=ts.observation, key=key), transition
+
+    def advantages(self, critic_params, traj: Transition, last_value: jax.Array) -> Tuple[jax.Array, jax.Array]:
+        """(advantages, targets) float32[T, E, N] with truncation bootstrapped."""
+        t = self.train_cfg
+        # One batched critic pass over the whole rollout; only truncated steps read it.
+        final_values = self.critic.apply(critic_params, traj.final_critic_in)  # [T, E, N]
+        terminated = traj.terminated[..., None]
+        truncated = traj.truncated[..., None]
+        boot = bootstrap_values(traj.value, last_value, final_values, terminated, truncated)
+        return gae(traj.reward, traj.value, boot, terminated | truncated, t["gamma"], t["gae_lambda"])
+
+    def _loss(self, params, batch: Dict[str, jax.Array]):
+        t = self.train_cfg
+        logits = self.actor.apply(params["actor"], batch["obs"])
+        pi = distrax.Categorical(logits=logits)
+        log_prob = pi.log_prob(batch["action"])
+        value = self.critic.apply(params["critic"], batch["critic_in"])
+        # Clipped value loss keeps the critic from jumping far from the values the data was collected with.
+        value_clipped = batch["value"] + jnp.clip(value - batch["value"], -t["clip_eps"], t["clip_eps"])
+        value_loss = 0.5 * jnp.mean(
+            jnp.maximum(jnp.square(value - batch["target"]), jnp.square(value_clipped - batch["target"]))
+        )
+        adv = batch["advantage"]
+        adv = (adv - adv.mean()) / (adv.std() + 1e-8)
+        log_ratio = log_prob - batch["log_prob"]
+        ratio = jnp.exp(log_ratio)
+        policy_loss = -jnp.mean(
+            jnp.minimum(ratio * adv, jnp.clip(ratio, 1.0 - t["clip_eps"], 1.0 + t["clip_eps"]) * adv)
+        )
+        entropy = jnp.mean(pi.entropy())
+        total = policy_loss + t["vf_coef"] * value_loss - t["ent_coef"] * entropy
+        stats = {
+            "policy_loss": policy_loss,
+            "value_loss": value_loss,
+            "entropy": entropy,
+            "approx_kl": jnp.mean((ratio - 1.0) - log_ratio),
+            "clip_frac": jnp.mean((jnp.abs(ratio - 1.0) > t["clip_eps"]).astype(jnp.float32)),
+        }
+        return total, stats
+
+    def _minibatch_step(self, carry, batch, lr):
+        params, opt_state = carry
+        grads, stats = jax.grad(self._loss, has_aux=True)(params, batch)
+        updates, opt_state = self.optimizer.update(grads, opt_state, params)
+        updates = jax.tree.map(lambda u: -lr * u, updates)
+        return (optax.apply_updates(params, updates), opt_state), stats
+
+    def _epoch(self, carry, key, samples, lr):
+        m = self.train_cfg["num_minibatches"]
+        perm = jax.random.permutation(key, self.batch_size)
+        minibatches = jax.tree.map(lambda x: x[perm].reshape((m, self.minibatch_size) + x.shape[1:]), samples)
+        return jax.lax.scan(lambda c, b: self._minibatch_step(c, b, lr), carry, minibatches)
+
+    def update(self, runner: Runner, num_updates=None) -> Tuple[Runner, Dict[str, jax.Array]]:
+        """One PPO update: a rollout of num_steps, GAE, update_epochs over shuffled minibatches.
+
+        ``num_updates`` (int or int32[], default the config's budget) is the horizon the
+        learning rate anneals over.
+        """
+        num_updates = self.num_updates if num_updates is None else num_updates
+        lr = self.learning_rate(runner.update, num_updates)
+        runner, traj = jax.lax.scan(self._env_step, runner, None, self.num_steps)
+        last_value = self.critic.apply(runner.params["critic"], self.critic_inputs(runner.env_state, runner.obs))
+        advantage, target = self.advantages(runner.params["critic"], traj, last_value)
+
+        def flat(x):  # [T, E, N, ...] -> [T*E*N, ...]: agents are samples like envs and steps
+            return x.reshape((self.batch_size,) + x.shape[3:])
+
+        samples = {
+            "obs": flat(traj.obs),
+            "critic_in": flat(traj.critic_in),
+            "action": flat(traj.action),
+            "log_prob": flat(traj.log_prob),
+            "value": flat(traj.value),
+            "advantage": flat(advantage),
+            "target": flat(target),
+        }
+        key, k_epochs = jax.random.split(runner.key)
+        (params, opt_state), stats = jax.lax.scan(
+            lambda c, k: self._epoch(c, k, samples, lr),
+            (runner.params, runner.opt_state),
+            jax.random.split(k_epochs, self.train_cfg["update_epochs"]),
+        )
+        ep, done = traj.episode, traj.episode["returned_episode"]
+        metrics = {
+            "episode_return": _mask_mean(ep["episode_return"], done),
+            "success_rate": _mask_mean(ep["success"], done),
+            "blocks_delivered_frac": _mask_mean(ep["blocks_delivered"] / self.env.num_blocks, done),
+            "episode_length": _mask_mean(ep["episode_length"], done),
+            "episodes": done.sum(),
+            "reward_mean": traj.reward.mean(),
+            "lr": lr,
+            **jax.tree.map(jnp.mean, stats),
+        }
+        runner = runner.replace(params=params, opt_state=opt_state, key=key, update=runner.update + 1)
+        return runner, metrics
+
+    # -- evaluation -----------------------------------------------------------------------------
+    def act(self, actor_params, observation: jax.Array, key: jax.Array, greedy) -> jax.Array:
+        """int32[...]: actions for observations float32[..., D]; ``greedy`` may be a traced bool."""
+        logits = self.actor.apply(actor_params, observation)
+        sampled = jax.random.categorical(key, logits)
+        return jnp.where(greedy, jnp.argmax(logits, axis=-1), sampled).astype(jnp.int32)
+
+    def evaluate(self, actor_params, key: jax.Array, episodes: int):
+        """Plays ``episodes`` episodes of the unshaped environment greedily and as many sampled.
+
+        Returns ``(greedy, sampled, film)``: the papers' numbers for both ways of acting
+        (``{name: float32[]}``, ``block_delivery_rate`` float32[B] in block id order) and
+        ``film = (states batched over max_steps + 1, done bool[max_steps + 1])`` of the first
+        greedy episode, for the GIF. Both modes run as one batch of ``2 * episodes``
+        worlds through a single copy of the environment step, which keeps this program
+        cheap to compile.
+        """
+        env = self.env
+        total = 2 * episodes
+        greedy = jnp.arange(total) < episodes  # bool[2E]: first half greedy, second half sampled
+        k_reset, k_play = jax.random.split(key)
+        # Both halves start from the same layouts, so greedy and sampled are compared on equal terms.
+        reset_keys = jnp.tile(jax.random.split(k_reset, episodes), (2, 1))
+        state, ts = jax.vmap(env.reset)(reset_keys)
+        act = jax.vmap(self.act, in_axes=(None, 0, 0, 0))
+
+        def step(carry, k_step):
+            state, obs, done, ret, length, delivered, success = carry
+            action = act(actor_params, obs, jax.random.split(k_step, total), greedy)
+            state, ts = jax.vmap(env.step)(state, action)
+            live = ~done  # bool[2E]: steps after an episode's end are not counted
+            ret = ret + jnp.where(live, ts.reward[:, 0], 0.0)
+            length = length + live.astype(jnp.int32)
+            delivered = delivered | (live[:, None] & ts.extras["block_delivered"])  # bool[2E, B]
+            success = success | (live & ts.terminated)
+            done = done | ts.terminated | ts.truncated
+            film = (jax.tree.map(lambda x: x[0], state), done[0])
+            return (state, ts.observation, done, ret, length, delivered, success), film
+
+        init = (state, ts.observation, jnp.zeros((total,), bool), jnp.zeros((total,), jnp.float32),
+                jnp.zeros((total,), jnp.int32), jnp.zeros((total, env.num_blocks), bool), jnp.zeros((total,), bool))
+        carry, (states, done) = jax.lax.scan(step, init, jax.random.split(k_play, env.max_steps))
+        _, _, _, ret, length, delivered, success = carry
+
+        def summary(half):
+            d = delivered[half].astype(jnp.float32)  # [E, B]
+            return {
+                "success_rate": success[half].astype(jnp.float32).mean(),
+                "blocks_delivered_frac": d.mean(),
+                "block_delivery_rate": d.mean(axis=0),  # float32[B], block id order (heaviest first)
+                "return_mean": ret[half].mean(),
+                "mean_steps": length[half].astype(jnp.float32).mean(),
+            }
+
+        first = jax.tree.map(lambda x: x[0], state)
+        states = jax.tree.map(lambda a, rest: jnp.concatenate([a[None], rest]), first, states)
+        film = (states, jnp.concatenate([jnp.array([False]), done]))
+        return summary(slice(0, episodes)), summary(slice(episodes, total)), film
+
+
+def make_train(config: Dict[str, Any]):
+    """``train(key) -> {"runner": Runner, "metrics": {name: float32[num_updates]}}``, jitted.
+
+    The whole run (init, every rollout and update) is one XLA program; vmap it over keys
+    to train several seeds at once: ``jax.jit(jax.vmap(make_train(config)))(keys)``.
+    """
+    ppo = PPO(config)
+
+    def train(key: jax.Array):
+        runner = ppo.init(key)
+        runner, metrics = jax.lax.scan(lambda r, _: ppo.update(r), runner, None, ppo.num_updates)
+        return {"runner": runner, "metrics": metrics}
+
+    return jax.jit(train)

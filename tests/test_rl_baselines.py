@@ -1,0 +1,191 @@
+"""Smoke tests of the baseline scripts on a tiny budget.
+
+Each script runs once as a subprocess and its whole run folder is checked; the IPPO run
+is then resumed from its checkpoint, and its saved policy plays through ``load_policy``,
+the PettingZoo adapter and ``cube-jax eval``. Subprocesses compile with LLVM
+optimisation off (the programs are tiny, compile time dominates) and share the
+persistent compilation cache set up by ``tests/conftest.py``, so the resumed run reuses
+the first run's programs.
+"""
+import fcntl
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+pytest.importorskip("optax")
+
+import jax  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+ENVS, STEPS = 8, 8  # env steps per update = 64
+TINY = [
+    f"train.num_envs={ENVS}",
+    f"train.num_steps={STEPS}",
+    f"train.total_timesteps={3 * ENVS * STEPS}",  # 3 updates ...
+    "train.updates_per_call=2",  # ... in a full chunk and a partial one (one compiled program)
+    "train.update_epochs=1",
+    "train.num_minibatches=1",
+    "network.hidden=16",
+    "network.layers=1",
+    "eval.episodes=4",
+    "output.checkpoint_every=1",
+    "train.target_success=null",
+]
+
+
+def subprocess_env() -> dict:
+    flags = os.environ.get("XLA_FLAGS", "") + " --xla_backend_optimization_level=0"
+    return dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS=flags.strip())
+
+
+def run_script(script: str, args, cwd: Path) -> str:
+    proc = subprocess.run([sys.executable, str(REPO / "baselines" / script), *args], capture_output=True, text=True,
+                          cwd=cwd, env=subprocess_env(), timeout=600)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+    return proc.stdout
+
+
+def run_folder(stdout: str) -> Path:
+    first = stdout.splitlines()[0]
+    assert first.startswith("run folder: "), first  # printed before training starts
+    return Path(first[len("run folder: "):])
+
+
+def check_run_folder(run_dir: Path, updates: int, algo: str) -> dict:
+    """Every output of a run: summary.json (API.md fields), metrics.jsonl, PNG, GIF, checkpoint."""
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["algo"] == algo
+    for key, kind in {"env_steps": int, "wall_seconds": float, "steps_per_second": float}.items():
+        assert isinstance(summary[key], kind), (key, summary[key])
+    assert summary["env_steps"] == updates * ENVS * STEPS
+    assert summary["steps_per_second"] > 0
+    for key in ("success_rate", "blocks_delivered_frac", "return_mean"):
+        assert isinstance(summary["eval"][key], float) and np.isfinite(summary["eval"][key]), key
+    assert 0.0 <= summary["eval"]["success_rate"] <= 1.0
+    assert 0.0 <= summary["eval"]["blocks_delivered_frac"] <= 1.0
+    assert len(summary["eval"]["block_delivery_rate"]) == len(summary["eval"]["block_weights"])
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [r["update"] for r in rows] == list(range(1, updates + 1))  # no padded updates logged
+    assert [r["env_steps"] for r in rows] == [u * ENVS * STEPS for u in range(1, updates + 1)]
+    assert all(np.isfinite(r["policy_loss"]) and "episode_return" in r for r in rows)
+    assert all(r["lr"] > 0 for r in rows)
+    assert (run_dir / "learning_curve.png").read_bytes()[:4] == b"\x89PNG"
+    assert (run_dir / "policy.gif").read_bytes()[:3] == b"GIF"
+    meta = json.loads((run_dir / "checkpoint" / "policy.json").read_text())
+    assert meta["algo"] == algo and meta["updates"] == updates
+    assert (run_dir / "checkpoint" / "policy").is_dir() and (run_dir / "checkpoint" / "runner").is_dir()
+    return summary
+
+
+@pytest.fixture(scope="module")
+def ippo_run(tmp_path_factory):
+    """The run folder of one tiny ``baselines/ippo.py`` run, shared by the tests below.
+
+    Under pytest-xdist the tests of this module may land on different workers; the run
+    is made once, in the session's shared temporary folder, under a file lock, and the
+    other workers reuse it.
+    """
+    base = tmp_path_factory.getbasetemp()
+    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    root = shared / "rl-baselines-ippo"
+    with open(shared / "rl-baselines-ippo.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        run_dir = root / "ippo-tiny"
+        if not (run_dir / "summary.json").is_file():
+            stdout = run_script("ippo.py", TINY + [f"output.root={root}", "output.name=ippo-tiny"], REPO)
+            progress = [line for line in stdout.splitlines() if line.startswith("update ")]
+            assert [line.split()[1] for line in progress] == ["2/3", "3/3"]  # one progress line per chunk
+            assert "steps/s" in progress[-1]
+            assert run_folder(stdout) == run_dir
+    return run_dir
+
+
+@pytest.mark.slow
+def test_ippo_script_writes_the_run_folder(ippo_run):
+    summary = check_run_folder(ippo_run, updates=3, algo="ippo")
+    assert summary["env"]["scenario"] == "easy"
+    assert summary["updates"] == 3
+    rows = [json.loads(line) for line in (ippo_run / "metrics.jsonl").read_text().splitlines()]
+    lr = yaml.safe_load((ippo_run / "config.yaml").read_text())["train"]["lr"]
+    np.testing.assert_allclose([r["lr"] for r in rows], [lr, lr * 2 / 3, lr / 3], rtol=1e-5)  # annealed over 3
+
+
+@pytest.mark.slow
+def test_mappo_script_writes_the_run_folder(tmp_path):
+    stdout = run_script("mappo.py", TINY + [f"output.root={tmp_path}", "env.scenario=hard"], tmp_path)
+    summary = check_run_folder(run_folder(stdout), updates=3, algo="mappo")
+    assert summary["env"]["scenario"] == "hard"
+    assert summary["eval"]["block_weights"] == [3, 2, 1]
+
+
+@pytest.mark.slow
+def test_training_resumes_from_the_checkpoint(ippo_run, tmp_path):
+    resumed = tmp_path / "resumed"
+    shutil.copytree(ippo_run, resumed)
+    stdout = run_script("ippo.py", [f"output.resume={resumed}", f"train.total_timesteps={5 * ENVS * STEPS}"], REPO)
+    assert "resumed from" in stdout and "at update 3" in stdout
+    summary = check_run_folder(resumed, updates=5, algo="ippo")  # rows 1-3 kept from the first run, 4-5 added
+    assert summary["updates"] == 5
+    first = [json.loads(line) for line in (ippo_run / "metrics.jsonl").read_text().splitlines()]
+    again = [json.loads(line) for line in (resumed / "metrics.jsonl").read_text().splitlines()]
+    assert again[:3] == first
+
+
+@pytest.mark.slow
+def test_saved_policy_plays_in_jax_and_pettingzoo(ippo_run):
+    import cube_jax
+    from cube_jax.rl.policy import load_policy
+
+    policy = load_policy(ippo_run)
+    assert policy.env_kwargs["scenario"] == "easy"
+    env = cube_jax.make(**policy.env_kwargs)
+    _, ts = env.reset(jax.random.PRNGKey(0))
+    act = jax.jit(policy.act)
+    actions = act(ts.observation, jax.random.PRNGKey(1))
+    assert actions.shape == (2,) and actions.dtype == np.int32
+    batched = jax.vmap(policy.act, in_axes=(0, 0, None))(
+        np.stack([ts.observation] * 3), jax.random.split(jax.random.PRNGKey(2), 3), False
+    )
+    assert batched.shape == (3, 2) and 0 <= int(batched.min()) and int(batched.max()) < env.num_actions
+
+    pz = cube_jax.parallel_env(**policy.env_kwargs)
+    obs, _ = pz.reset(seed=0)
+    key, steps = jax.random.PRNGKey(3), 0
+    while pz.agents:
+        stacked = np.stack([obs[a] for a in pz.possible_agents])
+        key, sub = jax.random.split(key)
+        chosen = np.asarray(act(stacked, sub))
+        obs, _, _, _, _ = pz.step({a: int(chosen[i]) for i, a in enumerate(pz.agents)})
+        steps += 1
+    assert 1 <= steps <= env.max_steps
+
+    with pytest.raises(ValueError, match="expects 24"):
+        policy.act(np.zeros((2, 7), np.float32), jax.random.PRNGKey(0))
+
+
+@pytest.mark.slow
+def test_eval_cli_loads_the_checkpoint(ippo_run, tmp_path):
+    out = tmp_path / "eval.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "cube_jax.cli", "eval", "--policy", str(ippo_run / "checkpoint"), "--episodes", "4",
+         "--no-progress", "--json", str(out)],
+        capture_output=True, text=True, cwd=REPO, timeout=600, env=subprocess_env(),
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(out.read_text())
+    assert len(result["episodes"]) == 4 and 0.0 <= result["success_rate"] <= 1.0
+
+
+def test_bad_override_fails_before_training(tmp_path):
+    proc = subprocess.run([sys.executable, str(REPO / "baselines" / "ippo.py"), "train.num_env=4"],
+                          capture_output=True, text=True, cwd=tmp_path, env=subprocess_env(), timeout=120)
+    assert proc.returncode == 2
+    assert "unknown config key 'train.num_env'" in proc.stderr
+    assert not (tmp_path / "runs").exists()

@@ -1,0 +1,158 @@
+"""The IPPO/MAPPO training core on tiny budgets: critic inputs, bootstrapping inputs,
+shaping, the learning-rate schedule, and (in one subprocess with two host devices)
+determinism of ``make_train`` and the sharded chunked driver."""
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("optax")
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+
+import cube_jax  # noqa: E402
+from cube_jax.rl import config as C  # noqa: E402
+from cube_jax.rl.ppo import PPO, critic_input, world_vector  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+TINY = [
+    "train.num_envs=8",
+    "train.num_steps=8",
+    "train.total_timesteps=192",  # 3 updates
+    "train.update_epochs=2",
+    "train.num_minibatches=2",
+    "network.hidden=16",
+    "network.layers=1",
+    "eval.episodes=4",
+    "train.updates_per_call=3",
+    "train.target_success=null",
+]
+
+
+def test_world_vector_lists_the_whole_world():
+    env = cube_jax.make("hard")
+    state, ts = env.reset(jax.random.PRNGKey(0))
+    world = np.asarray(world_vector(env.cfg, state))
+    # hard: agents (1,2) (3,2) (5,0)... read them from the state, scaled by K-1 = 7
+    np.testing.assert_allclose(world[:6], np.asarray(state.agent_pos).reshape(-1) / 7.0, rtol=1e-6)
+    np.testing.assert_allclose(world[12:15], [1.0, 2 / 3, 1 / 3], rtol=1e-6)  # weights 3, 2, 1 over max 3
+    np.testing.assert_allclose(world[15:18], [1.0, 1.0, 1.0])  # all alive
+    assert world[18] == 0.0  # t / max_steps at reset
+    mappo_in = np.asarray(critic_input("world", env.cfg, state, ts.observation))
+    assert mappo_in.shape == (3, 19 + 3)
+    np.testing.assert_array_equal(mappo_in[:, 19:], np.eye(3))  # the agent's id after the shared world
+    ippo_in = np.asarray(critic_input("obs", env.cfg, state, ts.observation))
+    np.testing.assert_array_equal(ippo_in, np.asarray(ts.observation))
+    # MAPPO's default: the agent's own observation, then the shared world vector.
+    both = np.asarray(critic_input("obs_world", env.cfg, state, ts.observation))
+    d = ts.observation.shape[-1]
+    assert both.shape == (3, d + 19)
+    np.testing.assert_array_equal(both[:, :d], np.asarray(ts.observation))
+    np.testing.assert_array_equal(both[:, d:], np.broadcast_to(world, (3, 19)))
+    with pytest.raises(ValueError, match="unknown kind 'pixels'"):
+        critic_input("pixels", env.cfg, state, ts.observation)
+
+
+def test_truncated_steps_carry_the_pre_reset_critic_input():
+    # A 3-step limit: the third step truncates; its final critic input must show t = 3 (the
+    # pre-reset world), while the observation it returns is the new episode's (t = 0).
+    cfg = C.build("mappo", overrides=TINY + ["env.max_steps=3", "network.critic_input=world"])
+    ppo = PPO(cfg)
+    state, ts = jax.jit(ppo.train_env.reset)(jax.random.PRNGKey(1))
+    stay = jnp.zeros(ppo.env.num_agents, jnp.int32)
+    step = jax.jit(ppo.train_env.step)  # one compile instead of many op-by-op dispatches
+    for _ in range(3):
+        state, ts = step(state, stay)
+    assert bool(ts.truncated) and not bool(ts.terminated)
+    final = np.asarray(ts.extras["final_critic_input"])
+    t_index = 2 * 2 + 4 * 3  # after agent (2N) and block (4B) features in the easy world vector
+    assert final[0, t_index] == pytest.approx(1.0)  # t / max_steps = 3 / 3
+    now = np.asarray(critic_input("world", ppo.env.cfg, state.env_state, ts.observation))
+    assert now[0, t_index] == 0.0
+
+
+def test_shaping_rewards_block_progress_only():
+    from cube_jax.rl.shaping import ShapingWrapper, block_progress_potential
+
+    env = cube_jax.make(scenario=cube_jax.Scenario(grid_size=6, agents=[(1, 0)], blocks=[(1, 1, 1)], max_steps=20))
+    shaped = ShapingWrapper(env, gamma=1.0)
+    state, _ = shaped.reset(jax.random.PRNGKey(0))
+    # block at column 1 of a 6-wide grid: 4 columns to go, weight 1, K = 6 -> potential -4/6
+    assert float(block_progress_potential(state)) == pytest.approx(-4 / 6)
+    state, ts = shaped.step(state, jnp.array([cube_jax.RIGHT], jnp.int32))  # push it one column
+    assert float(ts.extras["shaping"]) == pytest.approx(1 / 6)
+    state, ts = shaped.step(state, jnp.array([cube_jax.UP], jnp.int32))  # walk away: no progress
+    assert float(ts.extras["shaping"]) == pytest.approx(0.0)
+
+
+@pytest.mark.slow
+def test_make_train_is_deterministic_and_matches_the_sharded_driver():
+    """One subprocess with two host devices, so its programs are compiled once:
+
+    * ``jax.vmap(make_train(config))`` over two seeds gives the same metrics twice, and
+      different metrics for the two seeds;
+    * the chunked driver (:class:`Session`) with the env batch sharded over a 2-device mesh
+      gives the single-device ``make_train`` metrics, up to float tolerance;
+    * a partial last chunk reuses the compiled chunk program (no second compile).
+    """
+    script = textwrap.dedent(
+        f"""
+        import json, jax, numpy as np
+        from cube_jax.rl import config as C
+        from cube_jax.rl.ppo import make_train
+        from cube_jax.rl.run import Session
+        cfg = C.build("mappo", overrides={TINY!r} + ["num_seeds=2", "train.num_devices=2"])
+        keys = jax.random.split(jax.random.PRNGKey(cfg["seed"]), 2)
+        train = jax.jit(jax.vmap(make_train(cfg)))
+        first = jax.device_get(train(keys)["metrics"])  # {{name: [seeds, updates]}}
+        second = jax.device_get(train(keys)["metrics"])
+        session = Session(cfg)
+        runner, sharded = session.run_updates(session.init(), 3)  # {{name: [updates, seeds]}}
+        devices = len(runner.obs.sharding.device_set)
+        runner, partial = session.run_updates(runner, 1)
+        out = {{
+            "first": {{k: np.asarray(v).tolist() for k, v in first.items()}},
+            "second": {{k: np.asarray(v).tolist() for k, v in second.items()}},
+            "sharded": {{k: np.asarray(v).T.tolist() for k, v in jax.device_get(sharded).items()}},
+            "devices": devices,
+            "partial_shape": list(np.shape(partial["policy_loss"])),
+            "chunk_programs": session._chunk._cache_size(),
+            "updates_done": np.asarray(runner.update).tolist(),
+        }}
+        print(json.dumps(out))
+        """
+    )
+    flags = os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=2"
+    env = dict(os.environ, XLA_FLAGS=(flags + " --xla_backend_optimization_level=0").strip(), JAX_PLATFORMS="cpu")
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, cwd=REPO,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    first, second, sharded = out["first"], out["second"], out["sharded"]
+    assert np.shape(first["policy_loss"]) == (2, 3)  # [seeds, updates]
+    for name in first:
+        np.testing.assert_array_equal(np.asarray(first[name], float), np.asarray(second[name], float), err_msg=name)
+    assert not np.allclose(first["policy_loss"][0], first["policy_loss"][1])  # the seeds differ
+    assert out["devices"] == 2
+    for name in first:
+        np.testing.assert_allclose(np.asarray(sharded[name], float), np.asarray(first[name], float), rtol=1e-4,
+                                   atol=1e-5, err_msg=name)
+    assert out["partial_shape"] == [1, 2]  # one update, two seeds
+    assert out["chunk_programs"] == 1
+    assert out["updates_done"] == [4, 4]
+
+
+def test_learning_rate_anneals_over_the_budget():
+    cfg = C.build("ippo", overrides=TINY + ["train.lr=0.01"])
+    ppo = PPO(cfg)
+    assert ppo.num_updates == 3
+    rates = [float(ppo.learning_rate(jnp.int32(u), ppo.num_updates)) for u in range(5)]
+    np.testing.assert_allclose(rates, [0.01, 0.01 * 2 / 3, 0.01 / 3, 0.0, 0.0], rtol=1e-6)
+    flat = PPO(C.build("ippo", overrides=TINY + ["train.lr=0.01", "train.anneal_lr=false"]))
+    assert float(flat.learning_rate(jnp.int32(2), 3)) == pytest.approx(0.01)
