@@ -40,34 +40,35 @@ def world(ascii_map: str):
     return types.SimpleNamespace(num_agents=len(sc.agents), num_blocks=len(sc.blocks)), w, to_state(w)
 
 
-def run(ascii_map: str, plans: dict, steps: int):
-    """Runs the plans for ``steps`` steps; returns (primitives per step [steps][N], executor, state)."""
-    sizes, w, state = world(ascii_map)
-    ex = PlanExecutor(sizes)
+def drive(ex: PlanExecutor, state, plans: dict, steps: int, advance):
+    """Sets the plans, then for ``steps`` steps emits the joint action and ``advance``s the state."""
     for agent, plan in plans.items():
         ex.set_plan(agent, plan, state)
     emitted = []
     for _ in range(steps):
         actions = ex.act(state)
         emitted.append(actions.tolist())
-        w = ref.step(w, actions.tolist())[0]
-        state = to_state(w)
+        state = advance(state, actions)
     return emitted, ex, state
+
+
+def run(ascii_map: str, plans: dict, steps: int):
+    """Runs the plans for ``steps`` steps on the reference; returns (primitives per step [steps][N], executor, state)."""
+    sizes, w, state = world(ascii_map)
+    box = [w]
+
+    def advance(_, actions):
+        box[0] = ref.step(box[0], actions.tolist())[0]
+        return to_state(box[0])
+
+    return drive(PlanExecutor(sizes), state, plans, steps, advance)
 
 
 def run_on_env(ascii_map: str, plans: dict, steps: int):
     """Like ``run`` but stepping the JAX environment."""
     env = cube_jax.make(scenario=cube_jax.Scenario.from_ascii(ascii_map))
     state, _ = env.reset(jax.random.PRNGKey(0))
-    ex = PlanExecutor(env)
-    for agent, plan in plans.items():
-        ex.set_plan(agent, plan, state)
-    emitted = []
-    for _ in range(steps):
-        actions = ex.act(state)
-        emitted.append(actions.tolist())
-        state, _ = env.step(state, actions)
-    return emitted, ex, state
+    return drive(PlanExecutor(env), state, plans, steps, lambda st, actions: env.step(st, actions)[0])
 
 
 def column(emitted, agent):
