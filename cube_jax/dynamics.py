@@ -42,12 +42,18 @@ BITSET_MAX_BLOCKS = 32
 BITSET_MAX_AGENTS = 32
 # Up to this many agents the blocked-mover rule is iterated to its fixed point directly;
 # above it, pointer jumping needs fewer rounds.
-FIXPOINT_MAX_AGENTS = 8
+FIXPOINT_MAX_AGENTS = 4
 
 
 def ceil_log2(x: int) -> int:
     """Smallest r with 2**r >= x (0 for x <= 1): doubling rounds for paths of x hops."""
     return max(0, int(x) - 1).bit_length()
+
+
+def _round(x):
+    """Ends one round of an unrolled fixed-point loop. Each round reads its carry twice; fused
+    across rounds, XLA recomputes every earlier round and the cost doubles per round."""
+    return lax.optimization_barrier(x)
 
 
 # --- bit sets ------------------------------------------------------------------------------
@@ -95,13 +101,13 @@ def _composites_bits(front: jax.Array, pushed: jax.Array) -> Tuple[jax.Array, ja
     front_rows = _rows_to_bits(front)  # uint32[B, E]
     movable = _set_to_bits(pushed)  # uint32[E]
     for _ in range(b - 1):  # chains of "in front of" have at most B-1 hops
-        movable = movable | _or_reduce(jnp.where(_bits_to_set(movable, b), front_rows, jnp.uint32(0)), 0)
+        movable = _round(movable | _or_reduce(jnp.where(_bits_to_set(movable, b), front_rows, jnp.uint32(0)), 0))
     in_v = _bits_to_set(movable, b)  # bool[B, E]
     eye = jnp.eye(b, dtype=bool)[:, :, None]
     touch = (front | jnp.swapaxes(front, 0, 1) | eye) & in_v[:, None] & in_v[None]
     comp = _rows_to_bits(touch)  # uint32[B, E]
     for _ in range(ceil_log2(b - 1)):  # doubling: paths of up to B-1 hops
-        comp = _or_reduce(jnp.where(_bits_to_rows(comp, b), comp[None], jnp.uint32(0)), 1)
+        comp = _round(_or_reduce(jnp.where(_bits_to_rows(comp, b), comp[None], jnp.uint32(0)), 1))
     return _bits_to_rows(comp, b), in_v
 
 
@@ -109,7 +115,7 @@ def _composites_dense(front: jax.Array, pushed: jax.Array) -> Tuple[jax.Array, j
     b = front.shape[0]
     movable = pushed
     for _ in range(b - 1):
-        movable = movable | (movable[:, None] & front).any(0)
+        movable = _round(movable | (movable[:, None] & front).any(0))
     eye = jnp.eye(b, dtype=bool)[:, :, None]
     touch = (front | jnp.swapaxes(front, 0, 1) | eye) & movable[:, None] & movable[None]
     for _ in range(ceil_log2(b - 1)):
@@ -249,7 +255,7 @@ def movement_phase(cfg: EnvConfig, actions, ar, ac, br, bc, w, alive, engaged):
     # (which never end, and move).
     if n <= FIXPOINT_MAX_AGENTS:
         for _ in range(n - 1):
-            mover = mover & ~(on_target & ~mover[None]).any(1)
+            mover = _round(mover & ~(on_target & ~mover[None]).any(1))
     else:
         free, stuck = n, n + 1
         occupant = _index_of(on_target)
