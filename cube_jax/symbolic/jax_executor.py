@@ -238,6 +238,12 @@ def _succeed(run: _Run, where: jax.Array) -> _Run:
     )
 
 
+def _block_and_face(args: jax.Array, b: int):
+    """int32[N] each: the block argument of block actions and the face argument of
+    move_to_block / rendezvous, clipped into range for indexing."""
+    return jnp.clip(args[:, 0], 0, b - 1), jnp.clip(args[:, 1], 0, 3)
+
+
 def _phase_one_round(ex: ExecutorState, world: _World, run: _Run, decide_sync: bool) -> _Run:
     """One round of phase 1 for every agent still _GOING (docs/symbolic.md, phase 1 steps 1-4)."""
     b = world.block_pos.shape[0]
@@ -248,8 +254,7 @@ def _phase_one_round(ex: ExecutorState, world: _World, run: _Run, decide_sync: b
     run = run.replace(outcome=jnp.where(finished, _STOPPED, run.outcome))
     going = going & has_action
 
-    block = jnp.clip(args[:, 0], 0, b - 1)  # the block argument of block actions
-    face = jnp.clip(args[:, 1], 0, 3)  # the face argument of move_to_block / rendezvous
+    block, face = _block_and_face(args, b)
     alive = world.alive[block]
     agents = jnp.arange(world.agent_pos.shape[0])
     aligned_face_ok = world.align[face, agents] == block  # bool[N] aligned with (block, face)
@@ -344,8 +349,7 @@ def _phase_two(ex: ExecutorState, world: _World, run: _Run) -> _Run:
     b = world.block_pos.shape[0]
     pending = run.outcome == _PENDING
     code, args, _ = _current(ex, run)
-    block = jnp.clip(args[:, 0], 0, b - 1)
-    face = jnp.clip(args[:, 1], 0, 3)
+    block, face = _block_and_face(args, b)
     agents = jnp.arange(world.agent_pos.shape[0])
     aligned = world.align[face, agents] == block
     rendezvous = pending & (code == RENDEZVOUS)
@@ -461,8 +465,7 @@ def _resolve_paths(world: _World, ex: ExecutorState, run: _Run, parked: jax.Arra
     b = world.block_pos.shape[0]
     walking = run.outcome == _NEEDS_PATH
     _, args, _ = _current(ex, run)
-    block = jnp.clip(args[:, 0], 0, b - 1)
-    face = jnp.clip(args[:, 1], 0, 3)
+    block, face = _block_and_face(args, b)
     agents = jnp.arange(world.agent_pos.shape[0])
 
     def one(agent, blk, f, needed):
