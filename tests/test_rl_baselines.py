@@ -59,12 +59,16 @@ def run_folder(stdout: str) -> Path:
 
 
 def check_run_folder(run_dir: Path, updates: int, algo: str) -> dict:
-    """Every output of a run: summary.json (API.md fields), metrics.jsonl, PNG, GIF, checkpoint."""
+    """Every output of a run: summary.json (API.md fields), metrics.jsonl, PNG, GIF, checkpoint.
+
+    Env steps count every seed of the run (the presets train several at once).
+    """
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["algo"] == algo
     for key, kind in {"env_steps": int, "wall_seconds": float, "steps_per_second": float}.items():
         assert isinstance(summary[key], kind), (key, summary[key])
-    assert summary["env_steps"] == updates * ENVS * STEPS
+    seeds = yaml.safe_load((run_dir / "config.yaml").read_text())["num_seeds"]
+    assert summary["env_steps"] == updates * ENVS * STEPS * seeds
     assert summary["steps_per_second"] > 0
     for key in ("success_rate", "blocks_delivered_frac", "return_mean"):
         assert isinstance(summary["eval"][key], float) and np.isfinite(summary["eval"][key]), key
@@ -73,7 +77,10 @@ def check_run_folder(run_dir: Path, updates: int, algo: str) -> dict:
     assert len(summary["eval"]["block_delivery_rate"]) == len(summary["eval"]["block_weights"])
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert [r["update"] for r in rows] == list(range(1, updates + 1))  # no padded updates logged
-    assert [r["env_steps"] for r in rows] == [u * ENVS * STEPS for u in range(1, updates + 1)]
+    assert [r["env_steps"] for r in rows] == [u * ENVS * STEPS * seeds for u in range(1, updates + 1)]
+    if seeds > 1:
+        assert len(summary["eval_per_seed"]["success_rate"]) == seeds
+        assert all(len(r["success_rate_per_seed"]) == seeds for r in rows)
     assert all(np.isfinite(r["policy_loss"]) and "episode_return" in r for r in rows)
     assert all(r["lr"] > 0 for r in rows)
     assert (run_dir / "learning_curve.png").read_bytes()[:4] == b"\x89PNG"
@@ -110,6 +117,7 @@ def ippo_run(tmp_path_factory):
 @pytest.mark.slow
 def test_ippo_script_writes_the_run_folder(ippo_run):
     summary = check_run_folder(ippo_run, updates=3, algo="ippo")
+    assert summary["num_seeds"] == 4  # the CPU preset trains four seeds at once
     assert summary["env"]["scenario"] == "easy"
     assert summary["updates"] == 3
     rows = [json.loads(line) for line in (ippo_run / "metrics.jsonl").read_text().splitlines()]
@@ -119,9 +127,11 @@ def test_ippo_script_writes_the_run_folder(ippo_run):
 
 @pytest.mark.slow
 def test_mappo_script_writes_the_run_folder(tmp_path):
-    stdout = run_script("mappo.py", TINY + [f"output.root={tmp_path}", "env.scenario=hard"], tmp_path)
+    stdout = run_script("mappo.py", ["--preset", "hard"] + TINY + [f"output.root={tmp_path}"], tmp_path)
     summary = check_run_folder(run_folder(stdout), updates=3, algo="mappo")
     assert summary["env"]["scenario"] == "hard"
+    saved = yaml.safe_load((run_folder(stdout) / "config.yaml").read_text())
+    assert saved["shaping"]["enabled"] and saved["shaping"]["align_weight"] == 1.0  # the hard preset
     assert summary["eval"]["block_weights"] == [3, 2, 1]
 
 

@@ -10,18 +10,25 @@ def test_default_ippo_config_is_the_cpu_preset_on_easy():
     cfg = C.build("ippo")
     assert cfg["algo"] == "ippo"
     assert cfg["env"]["scenario"] == "easy"
-    assert cfg["shaping"]["enabled"] is False  # the papers' reward unless switched on
+    # The preset trains with the potential-based shaping; the environment keeps the papers' reward.
+    assert cfg["shaping"]["enabled"] is True and cfg["shaping"]["reach_weight"] > 0
+    assert C.DEFAULTS["shaping"]["enabled"] is False
     assert cfg["train"]["num_envs"] <= 256  # small enough for a laptop CPU
+
+
+def test_shaping_can_be_switched_off_for_the_papers_reward():
+    cfg = C.build("ippo", overrides=["shaping.enabled=false"])
+    assert cfg["shaping"]["enabled"] is False
 
 
 def test_overrides_are_parsed_as_yaml_values():
     cfg = C.build("mappo", overrides=["env.scenario=hard", "train.num_envs=512", "train.lr=3e-4",
-                                      "shaping.enabled=true", "network.critic_input=grid"])
+                                      "shaping.enabled=false", "network.critic_input=grid"])
     assert cfg["algo"] == "mappo"
     assert cfg["env"]["scenario"] == "hard"
     assert cfg["train"]["num_envs"] == 512
     assert cfg["train"]["lr"] == pytest.approx(3e-4)
-    assert cfg["shaping"]["enabled"] is True
+    assert cfg["shaping"]["enabled"] is False
     assert cfg["network"]["critic_input"] == "grid"
 
 
@@ -34,6 +41,14 @@ def test_gpu_preset_is_one_flag_away():
     cfg = C.build("ippo", preset="gpu")
     assert cfg["train"]["num_envs"] == 4096
     assert cfg["env"]["scenario"] == "easy"  # the preset changes scale, not the world
+
+
+def test_presets_layer_in_order_on_the_command_line():
+    cfg = C.parse_args("mappo", ["--preset", "hard", "--preset", "gpu", "train.lr=1e-4"])
+    assert cfg["env"]["scenario"] == "hard" and cfg["shaping"]["enabled"] is True  # from hard.yaml
+    assert cfg["shaping"]["reach_weight"] == 1.0 and cfg["shaping"]["align_weight"] == 1.0
+    assert cfg["train"]["num_envs"] == 4096 and cfg["train"]["total_timesteps"] == 200_000_000  # gpu.yaml, later
+    assert cfg["train"]["lr"] == 1e-4  # overrides come last
 
 
 @pytest.mark.parametrize(
@@ -49,6 +64,8 @@ def test_gpu_preset_is_one_flag_away():
         ("env.n=4", "set exactly one of env.scenario"),
         ("train.num_minibatches=3", "must be divisible by train.num_minibatches = 3"),
         ("train.lr", "expected key=value"),
+        ("shaping.enabled=maybe", "shaping.enabled must be true or false"),
+        ("shaping.reach_weight=-1", "shaping.reach_weight must be >= 0"),
     ],
 )
 def test_bad_overrides_say_what_is_wrong(override, message):

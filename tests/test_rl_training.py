@@ -77,6 +77,19 @@ def test_truncated_steps_carry_the_pre_reset_critic_input():
     assert now[0, t_index] == 0.0
 
 
+def test_first_episodes_start_staggered():
+    cfg = C.build("ippo", overrides=TINY + ["train.num_envs=64", "train.total_timesteps=512"])
+    ppo = PPO(cfg)
+    runner = jax.jit(ppo.init)(jax.random.PRNGKey(0))
+    t = np.asarray(runner.env_state.env_state.t)
+    assert t.min() >= 0 and t.max() < ppo.env.max_steps
+    assert len(np.unique(t)) > 20  # 64 envs spread over 100 start counts, not in lockstep
+    # The observation is the staggered state's: its time feature is t / max_steps.
+    np.testing.assert_allclose(np.asarray(runner.obs)[:, 0, ppo.env.num_agents + 2], t / ppo.env.max_steps, rtol=1e-6)
+    lockstep = PPO(C.build("ippo", overrides=TINY + ["train.stagger_start=false"]))
+    assert not np.asarray(jax.jit(lockstep.init)(jax.random.PRNGKey(0)).env_state.env_state.t).any()
+
+
 def test_shaping_rewards_block_progress_only():
     from cube_jax.rl.shaping import ShapingWrapper, block_progress_potential
 
@@ -89,6 +102,36 @@ def test_shaping_rewards_block_progress_only():
     assert float(ts.extras["shaping"]) == pytest.approx(1 / 6)
     state, ts = shaped.step(state, jnp.array([cube_jax.UP], jnp.int32))  # walk away: no progress
     assert float(ts.extras["shaping"]) == pytest.approx(0.0)
+
+
+def test_alignment_potential_counts_the_left_face_quorum():
+    from cube_jax.rl.shaping import ShapingWrapper, alignment_potential
+
+    # A weight-2 block at rows 1-2, cols 2-3 and a weight-1 block at (4, 3), in a 6x6 grid.
+    scenario = cube_jax.Scenario(grid_size=6, agents=[(1, 0), (3, 0)], blocks=[(1, 2, 2), (4, 3, 1)], max_steps=20)
+    env = cube_jax.make(scenario=scenario)
+    shaped = ShapingWrapper(env, gamma=1.0, align_weight=1.0)
+    state, _ = shaped.reset(jax.random.PRNGKey(0))
+    step = jax.jit(shaped.step)
+    # Nobody is aligned yet: agent 0's chain to the right ends on an empty cell.
+    assert float(alignment_potential(state)) == pytest.approx(0.0)
+    right, stay = cube_jax.RIGHT, cube_jax.STAY
+    state, ts = step(state, jnp.array([right, stay], jnp.int32))  # agent 0 reaches the heavy block's face
+    # Half of the weight-2 quorum: 2 * (1/2) / 3; progress is unchanged (nothing moved).
+    assert float(alignment_potential(state)) == pytest.approx(1 / 3)
+    assert float(ts.extras["shaping"]) == pytest.approx(1 / 3)
+    state, ts = step(state, jnp.array([stay, cube_jax.DOWN], jnp.int32))  # agent 1 to (4, 0): not adjacent
+    assert float(ts.extras["shaping"]) == pytest.approx(0.0)
+    state, ts = step(state, jnp.array([stay, right], jnp.int32))
+    state, ts = step(state, jnp.array([stay, right], jnp.int32))  # agent 1 at (4, 2), on the light block's face
+    assert float(alignment_potential(state)) == pytest.approx(2 / 3)
+    # Agent 1 delivers nothing yet but pushes the light block one column: progress 1 / (6 * 3) more.
+    state, ts = step(state, jnp.array([stay, right], jnp.int32))
+    assert float(ts.extras["shaping"]) == pytest.approx(1 / 18)
+    # Delivering the light block keeps its share at 1 (a delivered block counts as done).
+    state, ts = step(state, jnp.array([stay, right], jnp.int32))
+    assert not bool(state.block_alive[1])
+    assert float(alignment_potential(state)) == pytest.approx(2 / 3)
 
 
 @pytest.mark.slow

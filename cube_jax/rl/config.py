@@ -7,7 +7,7 @@ overrides may only change values, never invent keys, so a typo fails loudly::
 
 Layering, later wins: :data:`DEFAULTS` (the CPU preset), the algorithm's file
 (``configs/ippo.yaml``), any ``--config FILE``, the ``--preset NAME`` file
-(``configs/NAME.yaml``), then the ``key=value`` overrides.
+(``configs/NAME.yaml``, repeatable), then the ``key=value`` overrides.
 """
 from __future__ import annotations
 
@@ -56,11 +56,14 @@ DEFAULTS: Dict[str, Any] = {
         "max_grad_norm": 0.5,
         "num_devices": 0,  # devices in the env-batch mesh; 0 = every visible device
         "updates_per_call": 10,  # updates run per jitted call (progress and checkpoint granularity)
+        "stagger_start": True,  # first episodes start at random step counts so envs do not run in lockstep
         "target_success": 0.9,  # stop early once the training success rate reaches it (null: never)
     },
     "shaping": {
         "enabled": False,  # the papers' reward unless switched on
-        "coef": 0.1,  # scale of the potential-based block-progress term
+        "coef": 0.1,  # scale of the whole potential-based term
+        "align_weight": 0.0,  # weight of the left-face quorum alignment beside block progress
+        "reach_weight": 0.0,  # weight of the nearest agents' distance to each block's left face
     },
     "eval": {
         "episodes": 128,
@@ -101,6 +104,16 @@ POSITIVE_INTS = (
     "output.checkpoint_every",
     "eval.episodes",
     "env.view_radius",
+)
+
+BOOLS = (
+    "train.anneal_lr",
+    "train.stagger_start",
+    "shaping.enabled",
+    "eval.greedy",
+    "output.gif",
+    "output.plot",
+    "output.checkpoint",
 )
 
 
@@ -189,12 +202,16 @@ def validate(config: Dict[str, Any], where: str = "config") -> Dict[str, Any]:
         _check_number(flat, key, int, where)
         if flat[key] < 1:
             raise ConfigError(f"{where}: {key} must be >= 1, got {flat[key]!r}")
+    for key in BOOLS:
+        if not isinstance(flat[key], bool):
+            raise ConfigError(f"{where}: {key} must be true or false, got {flat[key]!r}")
     for key in ("seed", "train.num_devices", "env.pool_size"):
         _check_number(flat, key, int, where)
         if flat[key] < 0:
             raise ConfigError(f"{where}: {key} must be >= 0, got {flat[key]!r}")
     for key in ("train.lr", "train.gamma", "train.gae_lambda", "train.clip_eps", "train.ent_coef", "train.vf_coef",
-                "train.max_grad_norm", "shaping.coef"):
+                "train.max_grad_norm", "shaping.coef",
+                "shaping.align_weight", "shaping.reach_weight"):
         _check_number(flat, key, (int, float), where)
         if flat[key] < 0:
             raise ConfigError(f"{where}: {key} must be >= 0, got {flat[key]!r}")
@@ -247,21 +264,25 @@ def env_kwargs(config: Dict[str, Any]) -> Dict[str, Any]:
 def build(
     algo: str,
     config_files: Iterable[Path] = (),
-    preset: Optional[str] = None,
+    preset=None,
     overrides: Iterable[str] = (),
 ) -> Dict[str, Any]:
-    """Layers DEFAULTS, configs/<algo>.yaml, extra files, a preset and overrides; validated."""
+    """Layers DEFAULTS, configs/<algo>.yaml, extra files, presets and overrides; validated.
+
+    ``preset`` is a name of ``configs/NAME.yaml`` or a list of names, applied in order.
+    """
     config = merge(DEFAULTS, {"algo": algo}, "defaults")
     algo_file = CONFIG_DIR / f"{algo}.yaml"
     if algo_file.is_file():
         config = merge(config, load_yaml(algo_file), str(algo_file))
     for path in config_files:
         config = merge(config, load_yaml(Path(path)), str(path))
-    if preset is not None:
-        preset_file = CONFIG_DIR / f"{preset}.yaml"
+    presets = [] if preset is None else [preset] if isinstance(preset, str) else list(preset)
+    for name in presets:
+        preset_file = CONFIG_DIR / f"{name}.yaml"
         if not preset_file.is_file():
             names = sorted(p.stem for p in CONFIG_DIR.glob("*.yaml") if p.stem not in ("ippo", "mappo"))
-            raise ConfigError(f"--preset {preset!r}: no file {preset_file}; available presets: {names}")
+            raise ConfigError(f"--preset {name!r}: no file {preset_file}; available presets: {names}")
         config = merge(config, load_yaml(preset_file), str(preset_file))
     parsed = [(text, *parse_override(text)) for text in overrides]
     for text, key, value in parsed:
@@ -293,7 +314,10 @@ def parse_args(algo: str, argv: Optional[List[str]] = None) -> Dict[str, Any]:
     )
     parser.add_argument("overrides", nargs="*", help="config overrides key=value (see cube_jax/rl/config.py DEFAULTS)")
     parser.add_argument("--config", action="append", default=[], help="extra YAML config file(s), applied in order")
-    parser.add_argument("--preset", default=None, help="a preset file from configs/, e.g. --preset gpu")
+    parser.add_argument(
+        "--preset", action="append", default=[],
+        help="a preset file from configs/, e.g. --preset hard --preset gpu (repeatable, applied in order)",
+    )
     args = parser.parse_args(argv)
     try:
         return build(algo, args.config, args.preset, args.overrides)

@@ -145,7 +145,8 @@ class PPO:
         self.critic_kind = "obs" if config["algo"] == "ippo" else config["network"]["critic_input"]
         env = self.env
         if config["shaping"]["enabled"]:
-            env = ShapingWrapper(env, t["gamma"])
+            shaping = config["shaping"]
+            env = ShapingWrapper(env, t["gamma"], shaping["align_weight"], shaping["reach_weight"])
         self.train_env = LogWrapper(AutoResetWrapper(FinalCriticInputWrapper(env, self.critic_kind)))
         self.shaping_coef = float(config["shaping"]["coef"]) if config["shaping"]["enabled"] else 0.0
         self.actor, self.critic = build_networks(config["network"], self.env.num_actions)
@@ -180,12 +181,29 @@ class PPO:
     def init(self, key: jax.Array) -> Runner:
         key, k_actor, k_critic, k_env = jax.random.split(key, 4)
         env_state, ts = jax.vmap(self.train_env.reset)(jax.random.split(k_env, self.num_envs))
-        sample_critic = self.critic_inputs(env_state, ts.observation)[0, 0]
+        obs = ts.observation
+        if self.train_cfg["stagger_start"]:
+            env_state, obs = self._stagger(env_state, jax.random.fold_in(k_env, 1))
+        sample_critic = self.critic_inputs(env_state, obs)[0, 0]
         params = {
             "actor": self.actor.init(k_actor, ts.observation[0, 0]),
             "critic": self.critic.init(k_critic, sample_critic),
         }
-        return Runner(params, self.optimizer.init(params), env_state, ts.observation, key, jnp.int32(0))
+        return Runner(params, self.optimizer.init(params), env_state, obs, key, jnp.int32(0))
+
+    def _stagger(self, env_state, key: jax.Array):
+        """Start every env's first episode at a random step count in [0, max_steps).
+
+        All envs reset together otherwise, so their episodes stay in lockstep and every
+        update sees one slice of the episode (only the first 32 steps, then only the
+        next 32, ...). The shortened first episodes end by truncation, which the
+        advantage bootstraps, so no return is cut wrongly; only their logged statistics
+        are partial.
+        """
+        base = env_state.env_state
+        t0 = jax.random.randint(key, base.t.shape, 0, self.env.max_steps, dtype=base.t.dtype)
+        base = base.replace(t=t0)
+        return env_state.replace(env_state=base), jax.vmap(self.env.observe)(base)
 
     def _env_step(self, runner: Runner, _) -> Tuple[Runner, Transition]:
         key, k_act = jax.random.split(runner.key)

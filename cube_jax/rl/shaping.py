@@ -1,14 +1,26 @@
-"""Optional shaped reward built from the symbolic concept "block progress toward the goal".
+"""Optional shaped reward built from the symbolic concepts (``cube_jax.symbolic.concepts``).
 
 Potential-based (Ng, Harada & Russell 1999), so it leaves the optimal policies of the
-papers' reward unchanged: with the potential
+papers' reward unchanged: the shaping term of a step ``s -> s'`` is
+``gamma * phi(s') - phi(s)`` with
 
-    phi(s) = - sum_b alive_b * w_b * dist_b / (K * sum_b w_b),
+    phi(s) = progress(s) + align_weight * alignment(s) + reach_weight * reach(s)
 
-where ``dist_b`` is how many columns block ``b`` still has to travel to the goal column,
-the shaping term of a step ``s -> s'`` is ``gamma * phi(s') - phi(s)``. A delivered block
-has potential 0, so delivering a block also counts as finishing its progress. The
-environment's own reward is untouched; the term is returned in
+* ``progress(s) = - sum_b alive_b * w_b * dist_b / (K * sum_b w_b)`` in [-1, 0], where
+  ``dist_b`` is how many columns block ``b`` still has to travel to the goal column
+  (the concept ``block_progress``). A delivered block counts as finished.
+* ``alignment(s) = sum_b w_b * q_b / sum_b w_b`` in [0, 1], where for an alive block
+  ``q_b = min(a_b, F_b) / F_b`` with ``a_b`` the agents aligned with its left face
+  (``count_aligned_agents``: they would push it towards the goal) and ``F_b`` the force
+  that face needs (``required_force``: the block's weight plus the blocks it would push
+  ahead of it); a delivered block has ``q_b = 1``. It rewards gathering a quorum behind a
+  heavy block before it can move at all, which the progress term cannot see.
+* ``reach(s) = - sum_b alive_b * w_b * m_b / (2K * sum_b w_b)`` in [-1, 0], where ``m_b``
+  is the mean Manhattan distance (the concept ``get_distance``) from the block's left
+  face to the ``min(F_b, N)`` agents nearest to it. It draws agents back to blocks nobody
+  is working on, for example the last block of "easy" once the others are delivered.
+
+The environment's own reward is untouched; the term is returned in
 ``extras["shaping"]`` and the trainer adds ``coef * shaping`` when it is switched on.
 """
 from __future__ import annotations
@@ -16,6 +28,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from cube_jax.symbolic.concepts import LEFT_FACE, chain_weights, face_alignment
 from cube_jax.types import State
 
 
@@ -29,25 +42,68 @@ def block_progress_potential(state: State) -> jax.Array:
     return -remaining / (k * jnp.sum(w))
 
 
+def alignment_potential(state: State) -> jax.Array:
+    """float32[]: weight-averaged share of each block's quorum aligned on its left face, in [0, 1]."""
+    b = state.block_pos.shape[0]
+    w = state.block_weight.astype(jnp.float32)
+    target = face_alignment(state, LEFT_FACE)  # int32[N]: block each agent would push right (B: none)
+    aligned = (target[:, None] == jnp.arange(b)[None, :]).sum(0).astype(jnp.float32)  # [B]
+    force = jnp.maximum(chain_weights(state, LEFT_FACE), 1).astype(jnp.float32)  # [B]
+    share = jnp.where(state.block_alive, jnp.minimum(aligned, force) / force, 1.0)
+    return jnp.sum(w * share) / jnp.sum(w)
+
+
+def reach_potential(state: State) -> jax.Array:
+    """float32[]: minus the weighted distance from each alive block's left face to its nearest quorum, in [-1, 0]."""
+    k = state.grid_size
+    n = state.agent_pos.shape[0]
+    w = state.block_weight.astype(jnp.float32)
+    top, left, size = state.block_pos[:, 0], state.block_pos[:, 1], state.block_weight  # [B]
+    ar, ac = state.agent_pos[:, 0], state.agent_pos[:, 1]  # [N]
+    # Manhattan distance from each agent to the nearest of the face cells (top..top+w-1, left-1).
+    dr = jnp.maximum(jnp.maximum(top[:, None] - ar[None, :], ar[None, :] - (top + size - 1)[:, None]), 0)
+    dc = jnp.abs(ac[None, :] - (left - 1)[:, None])
+    dist = jnp.sort((dr + dc).astype(jnp.float32), axis=1)  # [B, N], nearest agents first
+    quorum = jnp.clip(chain_weights(state, LEFT_FACE), 1, n)  # [B]
+    counted = jnp.arange(n)[None, :] < quorum[:, None]
+    mean = jnp.sum(jnp.where(counted, dist, 0.0), axis=1) / quorum
+    return -jnp.sum(jnp.where(state.block_alive, w * mean, 0.0)) / (2 * k * jnp.sum(w))
+
+
+def shaping_potential(state: State, align_weight: float = 0.0, reach_weight: float = 0.0) -> jax.Array:
+    """float32[]: ``progress + align_weight * alignment + reach_weight * reach`` (see the module doc)."""
+    phi = block_progress_potential(state)
+    if align_weight:
+        phi = phi + align_weight * alignment_potential(state)
+    if reach_weight:
+        phi = phi + reach_weight * reach_potential(state)
+    return phi
+
+
 class ShapingWrapper:
     """Adds ``extras["shaping"]`` float32[] = gamma * phi(s') - phi(s) to every step.
 
     Put it innermost (under the auto-reset) so that ``s'`` is the pre-reset state.
     """
 
-    def __init__(self, env, gamma: float):
+    def __init__(self, env, gamma: float, align_weight: float = 0.0, reach_weight: float = 0.0):
         self._env = env
         self.gamma = float(gamma)
+        self.align_weight = float(align_weight)
+        self.reach_weight = float(reach_weight)
 
     def __getattr__(self, name):
         return getattr(self._env, name)
+
+    def potential(self, state: State) -> jax.Array:
+        return shaping_potential(state, self.align_weight, self.reach_weight)
 
     def reset(self, key):
         state, ts = self._env.reset(key)
         return state, ts.replace(extras=dict(ts.extras, shaping=jnp.float32(0.0)))
 
     def step(self, state: State, actions):
-        before = block_progress_potential(state)
+        before = self.potential(state)
         state, ts = self._env.step(state, actions)
-        shaping = self.gamma * block_progress_potential(state) - before
+        shaping = self.gamma * self.potential(state) - before
         return state, ts.replace(extras=dict(ts.extras, shaping=shaping))
