@@ -90,6 +90,33 @@ def test_first_episodes_start_staggered():
     assert not np.asarray(jax.jit(lockstep.init)(jax.random.PRNGKey(0)).env_state.env_state.t).any()
 
 
+def test_stalled_fetch_is_reported_and_busy_or_failing_ones_are_not():
+    import threading
+    import time
+
+    from cube_jax.rl.run import RuntimeStall, wait_for
+
+    assert wait_for(lambda: 7, "a value", stall_seconds=1.0, poll=0.05) == 7
+
+    def busy():  # a long computation keeps the process's CPU clock moving
+        end = time.perf_counter() + 0.6
+        while time.perf_counter() < end:
+            pass
+        return "done"
+
+    assert wait_for(busy, "a busy result", stall_seconds=0.2, poll=0.05) == "done"
+    never = threading.Event()
+    with pytest.raises(RuntimeStall, match="while computing a stalled result"):
+        wait_for(lambda: never.wait(30), "a stalled result", stall_seconds=0.2, poll=0.05)
+    never.set()  # release the helper thread
+
+    def broken():
+        raise ValueError("bad shapes")
+
+    with pytest.raises(ValueError, match="bad shapes"):
+        wait_for(broken, "a failing result", stall_seconds=1.0, poll=0.05)
+
+
 def test_shaping_rewards_block_progress_only():
     from cube_jax.rl.shaping import ShapingWrapper, block_progress_potential
 

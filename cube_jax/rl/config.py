@@ -38,7 +38,7 @@ DEFAULTS: Dict[str, Any] = {
         "activation": "tanh",  # "tanh" | "relu"
         # MAPPO only: "obs_world" (own observation + compact world vector) | "world" (world vector
         # + agent id) | "grid" (five-channel grid + agent id)
-        "critic_input": "obs_world",
+        "critic_input": "world",
     },
     "train": {
         "num_envs": 64,
@@ -56,6 +56,7 @@ DEFAULTS: Dict[str, Any] = {
         "max_grad_norm": 0.5,
         "num_devices": 0,  # devices in the env-batch mesh; 0 = every visible device
         "updates_per_call": 10,  # updates run per jitted call (progress and checkpoint granularity)
+        "stall_seconds": 120,  # CPU only: stop with a clear error if the process sits idle this long (0: never)
         "stagger_start": True,  # first episodes start at random step counts so envs do not run in lockstep
         "target_success": 0.9,  # stop early once the training success rate reaches it (null: never)
     },
@@ -205,7 +206,7 @@ def validate(config: Dict[str, Any], where: str = "config") -> Dict[str, Any]:
     for key in BOOLS:
         if not isinstance(flat[key], bool):
             raise ConfigError(f"{where}: {key} must be true or false, got {flat[key]!r}")
-    for key in ("seed", "train.num_devices", "env.pool_size"):
+    for key in ("seed", "train.num_devices", "env.pool_size", "train.stall_seconds"):
         _check_number(flat, key, int, where)
         if flat[key] < 0:
             raise ConfigError(f"{where}: {key} must be >= 0, got {flat[key]!r}")

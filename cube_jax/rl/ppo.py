@@ -6,9 +6,9 @@ One set of actor/critic parameters is shared by every agent: observations are
 what the critic sees:
 
 * IPPO: the agent's own observation;
-* MAPPO: a global state: the compact world vector (:func:`world_vector`) next to the
-  agent's own observation (``"obs_world"``, the default: an agent-specific global
-  state), or the world vector or flattened five-channel grid plus the agent's one-hot id.
+* MAPPO: a global state: the compact world vector (:func:`world_vector`) plus the
+  agent's one-hot id (``"world"``, the default), the world vector next to the agent's
+  own observation (``"obs_world"``), or the flattened five-channel grid plus the id.
 
 ``make_train(config)`` returns ``train(key)``: rollouts and updates in nested
 ``lax.scan``s, the whole run one jitted program; ``jax.vmap(train)(keys)`` trains several

@@ -10,6 +10,9 @@ skips its surplus updates with ``lax.cond`` instead of compiling a shorter scan.
 from __future__ import annotations
 
 import json
+import os
+import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any, Dict, Optional
@@ -21,6 +24,43 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from cube_jax.rl import checkpoint, outputs
 from cube_jax.rl.ppo import PPO, Runner
+
+
+class RuntimeStall(RuntimeError):
+    """The process used no CPU for ``stall_seconds`` while waiting for a result."""
+
+
+def wait_for(fetch, what: str, stall_seconds: float, poll: float = 5.0):
+    """``fetch()`` on a helper thread; RuntimeStall if the process stays idle ``stall_seconds``.
+
+    XLA's CPU runtime can wedge: every worker of its intra-op thread pool waits for work
+    while the host waits for a result that never comes (seen in 2 of about 15 MAPPO runs
+    on a 2-core machine; ``XLA_FLAGS=--xla_cpu_multi_thread_eigen=false`` avoids the pool,
+    at about 30 % of the training speed there). A CPU computation keeps the process busy, so an idle process means a stall.
+    Not for accelerators, whose computations leave the host idle by design.
+    """
+    done = threading.Event()
+    box: Dict[str, Any] = {}
+
+    def target():
+        try:
+            box["value"] = fetch()
+        except BaseException as err:  # re-raised on the caller's thread
+            box["error"] = err
+        finally:
+            done.set()
+
+    threading.Thread(target=target, name=f"fetch {what}", daemon=True).start()
+    idle, cpu = 0.0, time.process_time()
+    while not done.wait(poll):
+        now = time.process_time()
+        idle = idle + poll if now - cpu < 0.01 * poll else 0.0
+        cpu = now
+        if idle >= stall_seconds:
+            raise RuntimeStall(f"no CPU used for {idle:.0f} s while computing {what}")
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
 
 
 def init_distributed(config: Dict[str, Any]) -> None:
@@ -119,7 +159,14 @@ class Session:
         """(greedy, sampled, film) per seed: evaluations {name: float[seeds, ...]} and every
         seed's first greedy episode (states [seeds, T + 1, ...], done bool[seeds, T + 1])."""
         keys = jax.random.split(key, self.num_seeds)
-        return jax.device_get(self._evaluate(runner.params["actor"], keys))
+        return self.fetch(self._evaluate(runner.params["actor"], keys), "the evaluation")
+
+    def fetch(self, tree, what: str):
+        """``jax.device_get(tree)``, guarded against a stalled CPU runtime (see :func:`wait_for`)."""
+        stall = self.config["train"]["stall_seconds"]
+        if not stall or jax.default_backend() != "cpu" or jax.process_count() > 1:
+            return jax.device_get(tree)
+        return wait_for(lambda: jax.device_get(tree), what, stall)
 
 
 def _actor_of(runner: Runner, seed_index: int):
@@ -170,6 +217,22 @@ def _seed_mean(values: np.ndarray):
     return float(mean) if mean.ndim == 0 else [float(x) for x in mean]
 
 
+def _stop_stalled(err: RuntimeStall, config: Dict[str, Any], run_dir: Path) -> None:
+    """Says what happened and how to go on, then ends the process (the stalled threads cannot be joined)."""
+    script = f"baselines/{config['algo']}.py"
+    saved = (run_dir / outputs.CHECKPOINT_DIR / checkpoint.RUNNER_DIR).is_dir()
+    again = f"output.resume={run_dir}" if saved else "<the same arguments>   (no checkpoint was saved yet)"
+    print(
+        f"error: training stopped: {err}. XLA's CPU thread pool stalled; this is not a problem of the "
+        f"config. Go on with:\n  XLA_FLAGS=--xla_cpu_multi_thread_eigen=false python {script} {again}\n"
+        f"(train.stall_seconds={config['train']['stall_seconds']} sets how long an idle process is waited for)",
+        file=sys.stderr,
+    )
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(3)
+
+
 def train_and_report(config: Dict[str, Any], log=print) -> Dict[str, Any]:
     """Runs the whole baseline described by ``config``; returns the summary it writes."""
     init_distributed(config)
@@ -207,7 +270,10 @@ def train_and_report(config: Dict[str, Any], log=print) -> Dict[str, Any]:
         count = min(per_call, ppo.num_updates - done_updates)
         t0 = time.perf_counter()
         runner, metrics = session.run_updates(runner, count)
-        metrics = jax.device_get(metrics)
+        try:
+            metrics = session.fetch(metrics, f"updates {done_updates + 1}-{done_updates + count}")
+        except RuntimeStall as err:
+            _stop_stalled(err, config, run_dir)
         now = time.perf_counter()
         if steady_start is None:
             steady_start = now
@@ -234,7 +300,10 @@ def train_and_report(config: Dict[str, Any], log=print) -> Dict[str, Any]:
     steady_rate = steady_steps / (time.perf_counter() - steady_start) if steady_steps else None
 
     eval_key = jax.random.PRNGKey(config["seed"] + 10_000)
-    greedy, sampled, film = session.evaluate(runner, eval_key)
+    try:
+        greedy, sampled, film = session.evaluate(runner, eval_key)
+    except RuntimeStall as err:
+        _stop_stalled(err, config, run_dir)
     if not config["eval"]["greedy"]:  # the configured way of acting is what "eval" reports
         greedy, sampled = sampled, greedy
     # The saved policy is the seed that plays best in the configured way of acting, ties
