@@ -36,8 +36,9 @@ def wait_for(fetch, what: str, stall_seconds: float, poll: float = 5.0):
     XLA's CPU runtime can wedge: every worker of its intra-op thread pool waits for work
     while the host waits for a result that never comes (seen in 2 of about 15 MAPPO runs
     on a 2-core machine; ``XLA_FLAGS=--xla_cpu_multi_thread_eigen=false`` avoids the pool,
-    at about 30 % of the training speed there). A CPU computation keeps the process busy, so an idle process means a stall.
-    Not for accelerators, whose computations leave the host idle by design.
+    and trained about 30 % slower there). A CPU computation keeps the process busy, so an
+    idle process means a stall. Not for accelerators, whose computations leave the host
+    idle by design.
     """
     done = threading.Event()
     box: Dict[str, Any] = {}
