@@ -131,6 +131,22 @@ def test_shaping_rewards_block_progress_only():
     assert float(ts.extras["shaping"]) == pytest.approx(0.0)
 
 
+def test_reach_potential_measures_each_block_to_its_nearest_quorum():
+    from cube_jax.rl.shaping import reach_potential
+
+    env = cube_jax.make("easy")
+    state, _ = jax.jit(env.reset)(jax.random.PRNGKey(0))
+    # Agents (2,0), (5,0); blocks of weight 1 at (1,2), (3,4), (6,2), left faces (1,1), (3,3), (6,1).
+    # Nearest agent per face: 2, 4 and 2 steps; 8 / (2K * sum w) = 8 / 48.
+    assert float(reach_potential(state)) == pytest.approx(-8 / 48)
+    hard = cube_jax.make("hard")
+    state, _ = jax.jit(hard.reset)(jax.random.PRNGKey(0))
+    # Agents (1,0), (3,0), (5,0). Weight 3 at (1,2): face column 1, rows 1-3, its 3 nearest agents
+    # 1 + 1 + 3 away; weight 2 at (5,1): face (5,0), (6,0), nearest two 0 and 2; weight 1 at (5,5):
+    # face (5,4), nearest 4. (3 * 5/3 + 2 * 1 + 1 * 4) / (2 * 8 * 6) = 11 / 96.
+    assert float(reach_potential(state)) == pytest.approx(-11 / 96)
+
+
 def test_alignment_potential_counts_the_left_face_quorum():
     from cube_jax.rl.shaping import ShapingWrapper, alignment_potential
 

@@ -41,6 +41,8 @@ def _per_block_face(state: State, block, face) -> dict:
     return {
         "aligned": C.aligned_agents(state, block, face),
         "count": C.count_aligned_agents(state, block, face),
+        "face_count": C.face_aligned_counts(state, face)[block],
+        "dist_to_face": jax.vmap(lambda pos: C.distance_to_face(state, pos, block, face))(state.agent_pos),
         "positions": C.all_aligned_positions(state, block, face),
         "face_cells": C.face_cells(state, block, face),
         "required": C.required_force(state, block, face),
@@ -152,6 +154,8 @@ def test_progress_delivered_and_distances():
     assert t["dist_to_block"][1].tolist() == [2, 4, 7]  # agent 1 at (3,1)
     assert t["dist_to_block"][3].tolist() == [5, 8, 5]  # agent 3 at (6,0)
     assert int(C.get_distance(jnp.array([6, 0]), jnp.array([3, 1]))) == 4
+    assert t["dist_to_face"][L, :, 1].tolist() == [1, 3, 6]  # agent 1 at (3,1) to each left face line
+    assert t["dist_to_face"][R, :, 1].tolist() == [4, 5, 8]
 
 
 def test_delivered_block_has_no_alignment_or_needs():
@@ -225,9 +229,14 @@ def plain_concepts(agents, blocks, alive) -> dict:
     out = collections.defaultdict(lambda: np.zeros((4, B), np.int64))
     out["aligned"] = np.zeros((4, B, N), bool)
     out["positions"] = np.zeros((4, B, K, K), bool)
+    out["dist_to_face"] = np.zeros((4, B, N), np.int64)
     out["face_cells"] = np.zeros((4, B, K, K), bool)
     for f, (dr, dc) in PUSH.items():
         for j, (r, c, w) in enumerate(blocks):
+            line = {U: [(r - 1, c + x) for x in range(w)], D: [(r + w, c + x) for x in range(w)],
+                    L: [(r + x, c - 1) for x in range(w)], R: [(r + x, c + w) for x in range(w)]}[f]
+            # distance to the face line, cells outside the grid included (walls and liveness not looked at)
+            out["dist_to_face"][f, j] = [min(abs(ar - x) + abs(ac - y) for x, y in line) for ar, ac in agents]
             if not alive[j]:
                 out["blocked"][f, j] = True
                 continue
@@ -236,8 +245,6 @@ def plain_concepts(agents, blocks, alive) -> dict:
                 while cell in agent_at:
                     cell = (cell[0] + dr, cell[1] + dc)
                 out["aligned"][f, j, i] = block_at.get(cell) == j
-            line = {U: [(r - 1, c + x) for x in range(w)], D: [(r + w, c + x) for x in range(w)],
-                    L: [(r + x, c - 1) for x in range(w)], R: [(r + x, c + w) for x in range(w)]}[f]
             faces = [cell for cell in line if inside(cell) and cell not in block_at]
             for cell in faces:
                 out["face_cells"][f, j][cell] = True
@@ -255,6 +262,7 @@ def plain_concepts(agents, blocks, alive) -> dict:
             out["required"][f, j] = sum(blocks[y][2] for y in chain)
             count = int(out["aligned"][f, j].sum())
             out["count"][f, j] = count
+            out["face_count"][f, j] = count
             out["deficit"][f, j] = max(out["required"][f, j] - count, 0)
             out["quorum"][f, j] = out["deficit"][f, j] == 0
             entering = {(cr + dr, cc + dc) for cr, cc in square(j)} - square(j)

@@ -16,7 +16,7 @@ papers' reward unchanged: the shaping term of a step ``s -> s'`` is
   ahead of it); a delivered block has ``q_b = 1``. It rewards gathering a quorum behind a
   heavy block before it can move at all, which the progress term cannot see.
 * ``reach(s) = - sum_b alive_b * w_b * m_b / (2K * sum_b w_b)`` in [-1, 0], where ``m_b``
-  is the mean Manhattan distance (the concept ``get_distance``) from the block's left
+  is the mean Manhattan distance (the concept ``distance_to_face``) from the block's left
   face to the ``min(F_b, N)`` agents nearest to it. It draws agents back to blocks nobody
   is working on, for example the last block of "easy" once the others are delivered.
 
@@ -28,7 +28,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from cube_jax.symbolic.concepts import LEFT_FACE, chain_weights, face_alignment
+from cube_jax.symbolic.concepts import LEFT_FACE, chain_weights, distance_to_face, face_aligned_counts
 from cube_jax.types import State
 
 
@@ -42,41 +42,52 @@ def block_progress_potential(state: State) -> jax.Array:
     return -remaining / (k * jnp.sum(w))
 
 
-def alignment_potential(state: State) -> jax.Array:
-    """float32[]: weight-averaged share of each block's quorum aligned on its left face, in [0, 1]."""
-    b = state.block_pos.shape[0]
+def _left_face_force(state: State) -> jax.Array:
+    """float32[B]: force each block's left face needs (``required_force`` of every alive block), at least 1."""
+    return jnp.maximum(chain_weights(state, LEFT_FACE), 1).astype(jnp.float32)
+
+
+def _alignment(state: State, force: jax.Array) -> jax.Array:
     w = state.block_weight.astype(jnp.float32)
-    target = face_alignment(state, LEFT_FACE)  # int32[N]: block each agent would push right (B: none)
-    aligned = (target[:, None] == jnp.arange(b)[None, :]).sum(0).astype(jnp.float32)  # [B]
-    force = jnp.maximum(chain_weights(state, LEFT_FACE), 1).astype(jnp.float32)  # [B]
+    aligned = face_aligned_counts(state, LEFT_FACE).astype(jnp.float32)  # [B]
     share = jnp.where(state.block_alive, jnp.minimum(aligned, force) / force, 1.0)
     return jnp.sum(w * share) / jnp.sum(w)
 
 
-def reach_potential(state: State) -> jax.Array:
-    """float32[]: minus the weighted distance from each alive block's left face to its nearest quorum, in [-1, 0]."""
+def _reach(state: State, force: jax.Array) -> jax.Array:
     k = state.grid_size
-    n = state.agent_pos.shape[0]
+    n, b = state.agent_pos.shape[0], state.block_pos.shape[0]
     w = state.block_weight.astype(jnp.float32)
-    top, left, size = state.block_pos[:, 0], state.block_pos[:, 1], state.block_weight  # [B]
-    ar, ac = state.agent_pos[:, 0], state.agent_pos[:, 1]  # [N]
-    # Manhattan distance from each agent to the nearest of the face cells (top..top+w-1, left-1).
-    dr = jnp.maximum(jnp.maximum(top[:, None] - ar[None, :], ar[None, :] - (top + size - 1)[:, None]), 0)
-    dc = jnp.abs(ac[None, :] - (left - 1)[:, None])
-    dist = jnp.sort((dr + dc).astype(jnp.float32), axis=1)  # [B, N], nearest agents first
-    quorum = jnp.clip(chain_weights(state, LEFT_FACE), 1, n)  # [B]
+
+    def face_distances(block):  # float32[N]: every agent's distance to the block's left face line
+        return jax.vmap(lambda pos: distance_to_face(state, pos, block, LEFT_FACE))(state.agent_pos)
+
+    dist = jnp.sort(jax.vmap(face_distances)(jnp.arange(b)).astype(jnp.float32), axis=1)  # [B, N], nearest first
+    quorum = jnp.minimum(force, n)  # [B]
     counted = jnp.arange(n)[None, :] < quorum[:, None]
     mean = jnp.sum(jnp.where(counted, dist, 0.0), axis=1) / quorum
     return -jnp.sum(jnp.where(state.block_alive, w * mean, 0.0)) / (2 * k * jnp.sum(w))
 
 
+def alignment_potential(state: State) -> jax.Array:
+    """float32[]: weight-averaged share of each block's quorum aligned on its left face, in [0, 1]."""
+    return _alignment(state, _left_face_force(state))
+
+
+def reach_potential(state: State) -> jax.Array:
+    """float32[]: minus the weighted distance from each alive block's left face to its nearest quorum, in [-1, 0]."""
+    return _reach(state, _left_face_force(state))
+
+
 def shaping_potential(state: State, align_weight: float = 0.0, reach_weight: float = 0.0) -> jax.Array:
     """float32[]: ``progress + align_weight * alignment + reach_weight * reach`` (see the module doc)."""
     phi = block_progress_potential(state)
-    if align_weight:
-        phi = phi + align_weight * alignment_potential(state)
-    if reach_weight:
-        phi = phi + reach_weight * reach_potential(state)
+    if align_weight or reach_weight:
+        force = _left_face_force(state)  # shared by both terms
+        if align_weight:
+            phi = phi + align_weight * _alignment(state, force)
+        if reach_weight:
+            phi = phi + reach_weight * _reach(state, force)
     return phi
 
 

@@ -23,10 +23,11 @@ no aligned agents.
 Concept summary (``B`` = number of blocks, ``K`` = grid side, ``N`` = agents):
 
 * ``get_distance(p, q)``: Manhattan distance between two cells; ``distance_to_block``
-  measures from a cell to the nearest cell of a block's square.
+  measures from a cell to the nearest cell of a block's square, ``distance_to_face`` to
+  the nearest cell of the line just outside one of its faces.
 * ``is_aligned_with_block``, ``count_aligned_agents``, ``aligned_agents``,
-  ``face_alignment`` (int32[N]); for all faces and blocks at once ``alignment``
-  (int32[4, N]) and ``aligned_counts`` (int32[4, B]).
+  ``face_alignment`` (int32[N]), ``face_aligned_counts`` (int32[B]); for all faces and
+  blocks at once ``alignment`` (int32[4, N]) and ``aligned_counts`` (int32[4, B]).
 * ``all_aligned_positions``: bool[K, K] cells where an agent can stand aligned with the
   face: the face cells (inside the grid, not covered by an alive block) and the lines of
   cells behind them, outward up to the wall or the first alive block cell.
@@ -100,13 +101,32 @@ def get_distance(p: jax.Array, q: jax.Array) -> jax.Array:
     return jnp.abs(jnp.asarray(p) - jnp.asarray(q)).sum().astype(jnp.int32)
 
 
+def _box_distance(pos: jax.Array, low: jax.Array, high: jax.Array) -> jax.Array:
+    """int32[]: Manhattan distance from cell ``pos`` to the nearest cell of the box [low, high]."""
+    below = jnp.maximum(low - pos, 0)  # how far pos is before the box, per axis
+    beyond = jnp.maximum(pos - high, 0)  # how far past it
+    return (below + beyond).sum().astype(jnp.int32)
+
+
 def distance_to_block(state: State, pos: jax.Array, block) -> jax.Array:
     """int32[]: Manhattan distance from cell ``pos`` to the nearest cell of ``block``'s square."""
     top_left = state.block_pos[block]
+    return _box_distance(pos, top_left, top_left + state.block_weight[block] - 1)
+
+
+def distance_to_face(state: State, pos: jax.Array, block, face) -> jax.Array:
+    """int32[]: Manhattan distance from cell ``pos`` to the nearest cell of ``face``'s line.
+
+    The face line is the row (up/down) or column (left/right) just outside the block,
+    across its w cells; cells outside the grid count too (walls are not looked at).
+    """
+    top_left = state.block_pos[block]
     w = state.block_weight[block]
-    below = jnp.maximum(top_left - pos, 0)  # how far pos is before the square, per axis
-    beyond = jnp.maximum(pos - (top_left + w - 1), 0)  # how far past it
-    return (below + beyond).sum().astype(jnp.int32)
+    step = jnp.asarray(FACE_OUTWARD, jnp.int32)[face]
+    edge = jnp.where(step < 0, top_left - 1, top_left + w)  # the line just outside, per axis
+    low = jnp.where(step != 0, edge, top_left)
+    high = jnp.where(step != 0, edge, top_left + w - 1)
+    return _box_distance(pos, low, high)
 
 
 # --- alignment ---------------------------------------------------------------------------
@@ -185,11 +205,15 @@ def is_aligned_with_block(state: State, agent, block, face) -> jax.Array:
     return face_alignment(state, face)[agent] == block
 
 
+def face_aligned_counts(state: State, face) -> jax.Array:
+    """int32[B]: ``[j]`` = number of agents aligned with block j on ``face``."""
+    b = state.block_pos.shape[0]
+    return (face_alignment(state, face)[:, None] == jnp.arange(b)[None, :]).sum(0, dtype=jnp.int32)
+
+
 def aligned_counts(state: State) -> jax.Array:
     """int32[4, B]: ``[f, j]`` = number of agents aligned with block j on face f."""
-    b = state.block_pos.shape[0]
-    table = alignment(state)
-    return (table[:, :, None] == jnp.arange(b)[None, None, :]).sum(1, dtype=jnp.int32)
+    return jax.vmap(lambda f: face_aligned_counts(state, f))(jnp.arange(NUM_FACES))
 
 
 def count_aligned_agents(state: State, block, face) -> jax.Array:
