@@ -20,7 +20,7 @@ import jax
 import numpy as np
 
 import cube_jax
-from cube_jax import generator
+from cube_jax.core import generator
 from cube_jax.symbolic.planners import HeuristicPlanner, TeamPlanner, run_planner_episode
 
 PLANNERS = {"heuristic": HeuristicPlanner, "team": TeamPlanner}

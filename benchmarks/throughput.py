@@ -32,7 +32,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import cube_jax
-from cube_jax.wrappers import AutoResetWrapper
+from cube_jax.core.wrappers import AutoResetWrapper
 
 ROOT = Path(__file__).resolve().parents[1]
 ACTION_TABLE = 16  # rollouts cycle through this many pre-drawn joint actions
@@ -76,7 +76,7 @@ def _actions(key, steps_table: int, num_envs: int, n: int):
 
 def dynamics_rollout(env, steps: int):
     """A jitted rollout of ``steps`` vmapped steps of the rules alone (no observation, no reset)."""
-    from cube_jax.dynamics import batched_step, reward_and_flags
+    from cube_jax.core.dynamics import batched_step, reward_and_flags
 
     step = jax.vmap(batched_step(env.cfg))
 

@@ -7,15 +7,15 @@
 >>> ts.reward.shape
 (4,)
 """
-from cube_jax.env import CubeEnv, layout, make
-from cube_jax.observations import grid_observation
-from cube_jax.scenario import Scenario
-from cube_jax.types import ACTION_NAMES, DOWN, LEFT, NUM_ACTIONS, RIGHT, STAY, UP, EnvConfig, State, TimeStep
+from cube_jax.core.env import CubeEnv, layout, make
+from cube_jax.core.observations import grid_observation
+from cube_jax.core.scenario import Scenario
+from cube_jax.core.types import ACTION_NAMES, DOWN, LEFT, NUM_ACTIONS, RIGHT, STAY, UP, EnvConfig, State, TimeStep
 
 
 def parallel_env(*args, **kwargs):
     """A PettingZoo ``ParallelEnv`` over this world; same options as :func:`make`."""
-    from cube_jax.pettingzoo import CubeParallelEnv
+    from cube_jax.adapters.pettingzoo import CubeParallelEnv
 
     return CubeParallelEnv(*args, **kwargs)
 

@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from cube_jax import dynamics
+from cube_jax.core import dynamics
 from tests import reference as ref
 from tests.test_dynamics_property import DIRECTIONS, choose_actions, compare_episode, place_agents, place_blocks
 

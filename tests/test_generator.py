@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import cube_jax
-from cube_jax import generator
+from cube_jax.core import generator
 
 
 @pytest.mark.parametrize(

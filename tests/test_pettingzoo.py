@@ -17,10 +17,10 @@ from pettingzoo.test import parallel_api_test, parallel_seed_test, render_test
 from pettingzoo.utils.conversions import parallel_to_aec
 
 import cube_jax
-import cube_jax.pettingzoo
-from cube_jax.pettingzoo import CubeParallelEnv
-from cube_jax.scenario import parse_ascii
-from cube_jax.types import RIGHT, STAY
+import cube_jax.adapters.pettingzoo
+from cube_jax.adapters.pettingzoo import CubeParallelEnv
+from cube_jax.core.scenario import parse_ascii
+from cube_jax.core.types import RIGHT, STAY
 
 # pettingzoo.test re-exports a function under the module's name; load the module itself.
 pz_state_test = importlib.import_module("pettingzoo.test.state_test")
@@ -71,7 +71,7 @@ def test_state_test_passes():
 
 
 def test_docstring_example_runs():
-    assert doctest.testmod(cube_jax.pettingzoo).failed == 0
+    assert doctest.testmod(cube_jax.adapters.pettingzoo).failed == 0
 
 
 # -- determinism -------------------------------------------------------------------------------

@@ -9,8 +9,8 @@ import pytest
 from PIL import Image
 
 import cube_jax
-import cube_jax.render
-from cube_jax.render import (
+import cube_jax.adapters.render
+from cube_jax.adapters.render import (
     AGENT_COLOURS,
     BACKGROUND,
     BLOCK_COLOURS,
@@ -20,8 +20,8 @@ from cube_jax.render import (
     render_text,
     save_gif,
 )
-from cube_jax.scenario import parse_ascii
-from cube_jax.types import RIGHT, STAY, UP
+from cube_jax.core.scenario import parse_ascii
+from cube_jax.core.types import RIGHT, STAY, UP
 
 CELL = 24
 
@@ -142,4 +142,4 @@ def test_save_gif_refuses_bad_input(tmp_path, frames, fps, match):
 
 
 def test_docstring_example_runs():
-    assert doctest.testmod(cube_jax.render).failed == 0
+    assert doctest.testmod(cube_jax.adapters.render).failed == 0

@@ -4,7 +4,7 @@ from pathlib import Path
 import pytest
 
 import cube_jax
-from cube_jax.scenario import Scenario, load_scenario, named_scenarios, parse_ascii
+from cube_jax.core.scenario import Scenario, load_scenario, named_scenarios, parse_ascii
 
 ROOT = Path(__file__).resolve().parents[1]
 

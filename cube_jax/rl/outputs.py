@@ -138,7 +138,7 @@ def write_gif(states, done: np.ndarray, path: Path) -> Path:
     """GIF of one episode: ``states`` is a State batched over time, ``done`` bool[T]."""
     import jax
 
-    from cube_jax.render import render_rgb, save_gif
+    from cube_jax.adapters.render import render_rgb, save_gif
 
     done = np.asarray(done)
     last = int(np.argmax(done)) if done.any() else len(done) - 1

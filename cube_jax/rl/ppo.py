@@ -27,13 +27,13 @@ import optax
 from flax import struct
 
 import cube_jax
-from cube_jax.observations import grid_observation
+from cube_jax.core.observations import grid_observation
 from cube_jax.rl.config import env_kwargs
 from cube_jax.rl.gae import bootstrap_values, gae
 from cube_jax.rl.networks import build_networks
 from cube_jax.rl.shaping import ShapingWrapper
-from cube_jax.types import EnvConfig, State
-from cube_jax.wrappers import AutoResetWrapper, LogWrapper
+from cube_jax.core.types import EnvConfig, State
+from cube_jax.core.wrappers import AutoResetWrapper, LogWrapper
 
 
 # --- what the critic sees --------------------------------------------------------------------

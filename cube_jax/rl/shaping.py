@@ -29,7 +29,7 @@ import jax
 import jax.numpy as jnp
 
 from cube_jax.symbolic.concepts import LEFT_FACE, chain_weights, distance_to_face, face_aligned_counts
-from cube_jax.types import State
+from cube_jax.core.types import State
 
 
 def block_progress_potential(state: State) -> jax.Array:

@@ -27,7 +27,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import pydantic
 
-from cube_jax.types import DOWN, LEFT, RIGHT, UP
+from cube_jax.core.types import DOWN, LEFT, RIGHT, UP
 
 # Faces are the sides of a block; codes index the table in docs/symbolic.md.
 FACES = ("up", "down", "left", "right")

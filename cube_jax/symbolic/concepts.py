@@ -64,7 +64,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from cube_jax.types import ACTION_DELTAS, DOWN, LEFT, RIGHT, UP, State
+from cube_jax.core.types import ACTION_DELTAS, DOWN, LEFT, RIGHT, UP, State
 
 UP_FACE, DOWN_FACE, LEFT_FACE, RIGHT_FACE = 0, 1, 2, 3
 FACE_NAMES = ("up", "down", "left", "right")

@@ -29,7 +29,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from cube_jax.types import ACTION_DELTAS, STAY
+from cube_jax.core.types import ACTION_DELTAS, STAY
 
 # Neighbour order used for ties: UP, DOWN, LEFT, RIGHT (the action ids 1..4).
 STEP_ACTIONS = (1, 2, 3, 4)

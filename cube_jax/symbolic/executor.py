@@ -41,7 +41,7 @@ from cube_jax.symbolic.actions import (
     parse_plan_json,
 )
 from cube_jax.symbolic.pathing import World, aligned_face, is_aligned, path_step, queue_targets
-from cube_jax.types import DOWN, LEFT, RIGHT, STAY, UP
+from cube_jax.core.types import DOWN, LEFT, RIGHT, STAY, UP
 
 STARTED, IN_PROGRESS, SUCCEEDED, FAILED, DONE = "started", "in_progress", "succeeded", "failed", "done"
 # Outcomes of evaluating an action on a state.

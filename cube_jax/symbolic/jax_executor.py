@@ -51,7 +51,7 @@ from jax import lax
 from cube_jax.symbolic import concepts
 from cube_jax.symbolic.actions import ACTION_SPECS, DIRECTIONS, FACES, SymbolicAction
 from cube_jax.symbolic.distance import distance_field, next_action, unreachable
-from cube_jax.types import DOWN, LEFT, RIGHT, STAY, UP, State
+from cube_jax.core.types import DOWN, LEFT, RIGHT, STAY, UP, State
 
 MAX_ARGS = 4
 IDLE, MOVE, MOVE_TO_BLOCK, RENDEZVOUS, PUSH_BLOCK, YIELD_BLOCK, WAIT_AGENTS = (

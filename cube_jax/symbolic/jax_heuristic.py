@@ -25,7 +25,7 @@ from flax import struct
 
 from cube_jax.symbolic import jax_executor as jx
 from cube_jax.symbolic.concepts import LEFT_FACE
-from cube_jax.types import State
+from cube_jax.core.types import State
 
 PLAN_LENGTH = 3  # move_to_block, rendezvous, push_block
 

@@ -20,7 +20,7 @@ from typing import Iterable, Optional, Union
 import numpy as np
 
 from cube_jax.symbolic.executor import HistoryRecord, PlanExecutor
-from cube_jax.types import ACTION_NAMES
+from cube_jax.core.types import ACTION_NAMES
 
 
 def distance_to_goal(grid_size: int, col: int, weight: int) -> int:

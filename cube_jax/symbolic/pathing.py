@@ -14,7 +14,7 @@ from typing import List, Optional, Sequence, Tuple
 import numpy as np
 
 from cube_jax.symbolic.actions import FACE_PUSH_DIRECTION, FACES
-from cube_jax.types import ACTION_DELTAS, DOWN, LEFT, RIGHT, STAY, UP
+from cube_jax.core.types import ACTION_DELTAS, DOWN, LEFT, RIGHT, STAY, UP
 
 Cell = Tuple[int, int]
 NO_PATH = np.iinfo(np.int32).max

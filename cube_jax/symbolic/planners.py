@@ -32,7 +32,7 @@ from cube_jax.symbolic.actions import SymbolicAction, make_action
 from cube_jax.symbolic.executor import PlanExecutor
 from cube_jax.symbolic.observation import distance_to_goal
 from cube_jax.symbolic.pathing import World, path_step
-from cube_jax.types import ACTION_NAMES
+from cube_jax.core.types import ACTION_NAMES
 
 
 def goal_distances(world: World) -> np.ndarray:

@@ -1,10 +1,9 @@
-"""The ``cube-jax`` command line.
+"""``cube-jax eval``: play many episodes at once and summarise them.
 
-``cube-jax eval`` plays many episodes at once: every episode is one member of a
-``jax.vmap`` batch, and the whole batch advances in one ``lax.scan`` over steps, split
-into chunks so a progress bar can follow it. Episode ``i`` starts from
-``env.reset(PRNGKey(seed + i))``; an episode that ends stays frozen while the others
-finish, and its ``steps`` is the step on which it terminated (or ``max_steps``)::
+Every episode is one member of a ``jax.vmap`` batch, and the whole batch advances in one
+``lax.scan`` over steps, split into chunks so a progress bar can follow it. Episode ``i``
+starts from ``env.reset(PRNGKey(seed + i))``; an episode that ends stays frozen while the
+others finish, and its ``steps`` is the step on which it terminated (or ``max_steps``)::
 
     cube-jax eval --policy heuristic --n 4 --episodes 32 --seed 0 --json out.json
     cube-jax eval --policy random --scenario easy --episodes 64
@@ -22,7 +21,7 @@ import math
 import sys
 import time
 from pathlib import Path
-from typing import Callable, Optional, Sequence
+from typing import Callable, Optional
 
 import numpy as np
 
@@ -49,9 +48,7 @@ def _int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="cube-jax", description="CUBE in JAX: evaluation tools.")
-    commands = parser.add_subparsers(dest="command", required=True)
+def add_parser(commands) -> argparse.ArgumentParser:
     ev = commands.add_parser(
         "eval",
         help="evaluate a policy on many episodes at once (jax.vmap)",
@@ -68,12 +65,13 @@ def build_parser() -> argparse.ArgumentParser:
                     help="steps per jitted scan between progress updates (default: about max_steps / 20)")
     ev.add_argument("--json", type=Path, default=None, help="write per-episode results to this JSON file")
     ev.add_argument("--no-progress", action="store_true", help="hide the progress bar")
-    return parser
+    ev.set_defaults(run=run)
+    return ev
 
 
 def _check_world(parser: argparse.ArgumentParser, args) -> None:
     if args.scenario is not None:
-        from cube_jax.scenario import load_scenario
+        from cube_jax.core.scenario import load_scenario
 
         try:
             load_scenario(args.scenario)
@@ -227,7 +225,7 @@ def summary_table(name: str, env, result: dict) -> str:
 # --- the eval command ----------------------------------------------------------------------------
 
 
-def run_eval(parser: argparse.ArgumentParser, args) -> int:
+def run(parser: argparse.ArgumentParser, args) -> int:
     import cube_jax
 
     _check_world(parser, args)
@@ -265,17 +263,3 @@ def run_eval(parser: argparse.ArgumentParser, args) -> int:
         args.json.write_text(json.dumps(out, indent=2))
         print(f"wrote {args.json}")
     return 0
-
-
-def main(argv: Optional[Sequence[str]] = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if args.command == "eval":
-        eval_parser = parser._subparsers._group_actions[0].choices["eval"]
-        return run_eval(eval_parser, args)
-    parser.error(f"unknown command {args.command!r}")
-    return 2
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -24,8 +24,8 @@ import functools
 import jax
 import jax.numpy as jnp
 
-from cube_jax.dynamics import env_first, env_last, vmap_as_batch
-from cube_jax.types import EnvConfig, State
+from cube_jax.core.dynamics import env_first, env_last, vmap_as_batch
+from cube_jax.core.types import EnvConfig, State
 
 OBSERVATION_FORMS = ("vector", "egocentric", "grid")
 EGO_CHANNELS = 4

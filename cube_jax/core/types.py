@@ -43,11 +43,11 @@ class State:
 class TimeStep:
     """What a step (or reset) returns besides the new state."""
 
-    observation: Any  # per-agent observation, see cube_jax.observations
+    observation: Any  # per-agent observation, see cube_jax.core.observations
     reward: jax.Array  # float32[N] the shared team reward, one entry per agent
     terminated: jax.Array  # bool[] every block delivered
     truncated: jax.Array  # bool[] t >= max_steps and not terminated
-    extras: Dict[str, jax.Array]  # step events, see cube_jax.dynamics.StepEvents
+    extras: Dict[str, jax.Array]  # step events, see cube_jax.core.dynamics.StepEvents
 
     @property
     def done(self) -> jax.Array:

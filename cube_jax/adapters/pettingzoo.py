@@ -32,10 +32,10 @@ import jax.numpy as jnp
 import numpy as np
 from pettingzoo import ParallelEnv
 
-from cube_jax.env import make
-from cube_jax.observations import grid_observation
-from cube_jax.render import render_rgb, render_text
-from cube_jax.types import NUM_ACTIONS, State, TimeStep
+from cube_jax.core.env import make
+from cube_jax.core.observations import grid_observation
+from cube_jax.adapters.render import render_rgb, render_text
+from cube_jax.core.types import NUM_ACTIONS, State, TimeStep
 
 RENDER_MODES = ("human", "ansi", "rgb_array")
 # PRNGKey keeps only the low 32 bits of a seed (without x64), so larger or negative seeds

@@ -35,7 +35,7 @@ from jax import lax
 from jax.custom_batching import custom_vmap
 from jax.experimental.layout import Layout, with_layout_constraint
 
-from cube_jax.types import ACTION_DELTAS, DOWN, PUSH_ORDER, RIGHT, UP, EnvConfig, State
+from cube_jax.core.types import ACTION_DELTAS, DOWN, PUSH_ORDER, RIGHT, UP, EnvConfig, State
 
 # Bit rows are used for relations while every block (agent) fits in one uint32 word.
 BITSET_MAX_BLOCKS = 32

@@ -15,11 +15,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from cube_jax import generator
-from cube_jax.dynamics import batched_step, reward_and_flags
-from cube_jax.observations import OBSERVATION_FORMS, observation_shape, observe
-from cube_jax.scenario import Scenario, load_scenario, render_ascii
-from cube_jax.types import NUM_ACTIONS, EnvConfig, State, TimeStep
+from cube_jax.core import generator
+from cube_jax.core.dynamics import batched_step, reward_and_flags
+from cube_jax.core.observations import OBSERVATION_FORMS, observation_shape, observe
+from cube_jax.core.scenario import Scenario, load_scenario, render_ascii
+from cube_jax.core.types import NUM_ACTIONS, EnvConfig, State, TimeStep
 
 
 @dataclasses.dataclass(frozen=True)
@@ -211,7 +211,7 @@ def make(
     ``num_agents`` keeps the scenario's first agents.
 
     ``observation`` picks the per-agent form (``"vector"``, ``"egocentric"``, ``"grid"``;
-    see :mod:`cube_jax.observations`). Invalid input raises ``ValueError``.
+    see :mod:`cube_jax.core.observations`). Invalid input raises ``ValueError``.
     """
     _check_choice("observation", observation, OBSERVATION_FORMS)
     _check_int("view_radius", view_radius, 1)

@@ -6,7 +6,7 @@ by its weight and labelled ``<id>:<weight>`` (ids are the block letters of the A
 ``a`` = block 0), and each agent as a circle labelled with its id.
 
 >>> import jax, cube_jax
->>> from cube_jax.render import render_rgb, render_text
+>>> from cube_jax.adapters.render import render_rgb, render_text
 >>> env = cube_jax.make("easy")
 >>> state, _ = env.reset(jax.random.PRNGKey(0))
 >>> render_rgb(state).shape   # (caption + 8 * 24 + 1, 8 * 24 + 1, 3)
@@ -25,9 +25,9 @@ from typing import Sequence, Union
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
-from cube_jax.env import layout
-from cube_jax.scenario import BLOCK_LETTERS, render_ascii
-from cube_jax.types import State
+from cube_jax.core.env import layout
+from cube_jax.core.scenario import BLOCK_LETTERS, render_ascii
+from cube_jax.core.types import State
 
 BACKGROUND = (255, 255, 255)
 GRID_LINE = (190, 190, 190)

@@ -1,0 +1,1 @@
+"""Adapters over the core: the PettingZoo ``ParallelEnv`` and rendering (text, RGB, GIF)."""

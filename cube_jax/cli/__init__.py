@@ -1,0 +1,33 @@
+"""The ``cube-jax`` command line (also ``python -m cube_jax.cli``).
+
+Each subcommand lives in its own module with ``add_parser(commands)``, which registers
+the subcommand's arguments and the function that runs it.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Optional, Sequence
+
+from cube_jax.cli import eval as eval_command
+
+COMMANDS = (eval_command,)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="cube-jax", description="CUBE in JAX: evaluation tools.")
+    commands = parser.add_subparsers(dest="command", required=True)
+    for command in COMMANDS:
+        command.add_parser(commands)
+    return parser
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    subparser = parser._subparsers._group_actions[0].choices[args.command]
+    return args.run(subparser, args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Playing episodes: the batched JAX rollout, the CPU episode loop and episode traces."""
