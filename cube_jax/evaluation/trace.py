@@ -29,7 +29,7 @@ import os
 import re
 import time
 from pathlib import Path
-from typing import IO, Any, Callable, Dict, List, Literal, Optional, Tuple, Union
+from typing import IO, Annotated, Any, Callable, Dict, List, Literal, Optional, Tuple, Union
 
 import pydantic
 
@@ -51,56 +51,65 @@ def agent_name(i: int) -> str:
 
 # --- the records ---------------------------------------------------------------------------------
 
-NonNegativeInt = pydantic.NonNegativeInt
+# Strict scalar types (a JSON string is never read as a number, nor a bool as an int); the
+# models themselves are lax so that JSON arrays validate as tuples.
+StrictInt = pydantic.StrictInt
+StrictBool = pydantic.StrictBool
+StrictStr = pydantic.StrictStr
 StrictFloat = pydantic.StrictFloat
+NonNegativeInt = Annotated[StrictInt, pydantic.Field(ge=0)]
+PositiveInt = Annotated[StrictInt, pydantic.Field(ge=1)]
+Number = Union[StrictInt, StrictFloat]
+Cell = Tuple[StrictInt, StrictInt]
+BlockRow = Tuple[StrictInt, StrictInt, PositiveInt, StrictBool]
 
 
 class Record(pydantic.BaseModel):
     """Keys every record has; records may carry more."""
 
-    model_config = pydantic.ConfigDict(extra="allow", strict=True)
-    type: str
+    model_config = pydantic.ConfigDict(extra="allow")
+    type: StrictStr
     t: NonNegativeInt
-    wall: Union[StrictFloat, NonNegativeInt] = pydantic.Field(ge=0)
+    wall: Annotated[Number, pydantic.Field(ge=0)]
 
 
 class AgentInfo(pydantic.BaseModel):
-    model_config = pydantic.ConfigDict(extra="allow", strict=True)
-    kind: str
-    model: Optional[str]
+    model_config = pydantic.ConfigDict(extra="allow")
+    kind: StrictStr
+    model: Optional[StrictStr]
 
 
 class Layout(pydantic.BaseModel):
-    model_config = pydantic.ConfigDict(extra="forbid", strict=False)
+    model_config = pydantic.ConfigDict(extra="forbid")
     t: NonNegativeInt
-    agents: List[Tuple[int, int]]
-    blocks: List[Tuple[int, int, pydantic.PositiveInt, bool]]
+    agents: List[Cell]
+    blocks: List[BlockRow]
 
 
 class EpisodeRecord(Record):
     type: Literal["episode"]
     schema_version: Literal[1] = pydantic.Field(alias="schema")
     env: Dict[str, Any]
-    seed: int
-    topology: str
+    seed: StrictInt
+    topology: StrictStr
     agents: Dict[str, AgentInfo]
     layout: Layout
 
 
 class StageRecord(Record):
     type: Literal["stage"]
-    agent: str
+    agent: StrictStr
     stage: Literal["R", "W", "X", "I"]
 
 
 class PlanRecord(Record):
     type: Literal["plan"]
-    agent: str
-    plan_id: Union[int, str]
-    spec: str
-    actions: List[str]
+    agent: StrictStr
+    plan_id: Union[StrictInt, StrictStr]
+    spec: StrictStr
+    actions: List[StrictStr]
     event: Literal["committed", "resumed", "succeeded", "failed", "replaced", "unfinished"]
-    reason: Optional[str] = None
+    reason: Optional[StrictStr] = None
 
     @pydantic.model_validator(mode="after")
     def _failed_has_reason(self):
@@ -111,29 +120,29 @@ class PlanRecord(Record):
 
 class MessageRecord(Record):
     type: Literal["message"]
-    id: Union[int, str]
-    sender: str
-    recipients: List[str]
-    content: str
+    id: Union[StrictInt, StrictStr]
+    sender: StrictStr
+    recipients: List[StrictStr]
+    content: StrictStr
 
 
 class LLMRecord(Record):
     type: Literal["llm"]
-    agent: str
+    agent: StrictStr
     purpose: Literal["plan", "interrupt", "message"]
-    model: Optional[str]
+    model: Optional[StrictStr]
     attempts: NonNegativeInt
-    latency_s: Union[StrictFloat, NonNegativeInt] = pydantic.Field(ge=0)
+    latency_s: Annotated[Number, pydantic.Field(ge=0)]
     prompt_tokens: NonNegativeInt
     completion_tokens: NonNegativeInt
-    valid: bool
-    fallback: bool
-    error: Optional[str] = None
+    valid: StrictBool
+    fallback: StrictBool
+    error: Optional[StrictStr] = None
 
 
 class TaskCounts(pydantic.BaseModel):
-    model_config = pydantic.ConfigDict(extra="allow", strict=True)
-    required: pydantic.PositiveInt
+    model_config = pydantic.ConfigDict(extra="allow")
+    required: PositiveInt
     spatial: NonNegativeInt
     temporal: NonNegativeInt
     participation: NonNegativeInt
@@ -142,11 +151,11 @@ class TaskCounts(pydantic.BaseModel):
 
 class StepRecord(Record):
     type: Literal["step"]
-    actions: Dict[str, int]
-    symbolic: Dict[str, Optional[str]]
-    reward: List[Union[StrictFloat, int]]
-    agents: List[Tuple[int, int]]
-    blocks: List[Tuple[int, int, pydantic.PositiveInt, bool]]
+    actions: Dict[str, StrictInt]
+    symbolic: Dict[str, Optional[StrictStr]]
+    reward: List[Number]
+    agents: List[Cell]
+    blocks: List[BlockRow]
     delivered: List[NonNegativeInt]
     tasks: Dict[str, TaskCounts]
 
@@ -161,9 +170,9 @@ class StepRecord(Record):
 
 class EndRecord(Record):
     type: Literal["end"]
-    terminated: bool
-    truncated: bool
-    reason: str
+    terminated: StrictBool
+    truncated: StrictBool
+    reason: StrictStr
     steps: NonNegativeInt
     blocks_delivered: NonNegativeInt
     blocks_total: NonNegativeInt

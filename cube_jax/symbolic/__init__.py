@@ -1,20 +1,18 @@
 """The symbolic layer: actions and plans (cube paper, Table 1), their executors, the
-symbolic observation (section 2.3) and the planners. Semantics: docs/symbolic.md."""
+symbolic observation (section 2.3). Semantics: docs/symbolic.md. The planners that choose
+plans are agents: :mod:`cube_jax.agents.planners`."""
 from cube_jax.symbolic.actions import ACTION_SPECS, FACES, PlanError, SymbolicAction, check_plan, make_action
 from cube_jax.symbolic.actions import parse_plan, parse_plan_json, plan_json_schema, plan_to_text
 from cube_jax.symbolic.executor import HistoryRecord, PlanExecutor
 from cube_jax.symbolic.observation import render_symbolic, symbolic_observation
-from cube_jax.symbolic.planners import HeuristicPlanner, TeamPlanner, run_planner_episode
 
 __all__ = [
     "ACTION_SPECS",
     "FACES",
-    "HeuristicPlanner",
     "HistoryRecord",
     "PlanError",
     "PlanExecutor",
     "SymbolicAction",
-    "TeamPlanner",
     "check_plan",
     "make_action",
     "parse_plan",
@@ -22,7 +20,6 @@ __all__ = [
     "plan_json_schema",
     "plan_to_text",
     "render_symbolic",
-    "run_planner_episode",
     "symbolic_observation",
 ]
 

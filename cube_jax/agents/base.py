@@ -1,0 +1,265 @@
+"""The agent interface: one protocol for everything that chooses actions.
+
+There are two shapes of agent, because there are two ways to play CUBE:
+
+* :class:`BatchedPolicy`: a pure JAX function of one environment's state that returns an
+  action for every agent of that world. It is jitted and vmapped over thousands of
+  environments by :func:`cube_jax.evaluation.rollout`. Random actions, the paper's
+  heuristic on the JAX plan executor, and trained checkpoints are batched policies. A
+  team of batched policies is again a batched policy (:class:`cube_jax.agents.TeamPolicy`),
+  each agent taking its action from its own member.
+* :class:`Agent`: a decision maker for ONE agent, run on the CPU by the episode loop
+  (:mod:`cube_jax.evaluation.episode`). At a decision point the loop hands it a
+  :class:`DecisionContext` and awaits a :class:`Decision`: a plan (a task specification and
+  symbolic actions, compiled to primitives by the plan executor), messages to teammates
+  (as the communication topology allows) and, when it was interrupted by a message,
+  whether to resume or replan. An agent that acts one primitive at a time (a trained
+  policy inside a mixed team) sets ``acts_with_primitives`` and answers
+  :meth:`Agent.primitive` at every step instead. Planners, scripted and replayed agents,
+  language-model agents and people at a keyboard are all agents; the loop treats every
+  kind the same way and only waits longer for some.
+
+Decision points follow EmCoop's MAEIL stages (LLM.md section 2): an agent reasons (R) at
+the start and whenever its plan ended, commits and waits (W) until every agent is ready,
+executes (X) with no decision until its plan ends, and is interrupted (I) by a message
+that reaches it while it waits or executes.
+"""
+from __future__ import annotations
+
+import abc
+import dataclasses
+import enum
+from typing import Any, Callable, Dict, List, Optional, Protocol, Sequence, Tuple
+
+import jax
+
+from cube_jax.core.types import State
+from cube_jax.symbolic.actions import PlanError, SymbolicAction, plan_to_text
+
+
+class Stage(str, enum.Enum):
+    """MAEIL stages (LLM.md section 2)."""
+
+    REASONING = "R"
+    WAITING = "W"
+    EXECUTING = "X"
+    INTERRUPTED = "I"
+
+
+class Purpose(str, enum.Enum):
+    """Why an agent is asked for a decision; the ``purpose`` of trace ``llm`` records."""
+
+    PLAN = "plan"  # in R: commit a plan (and maybe send messages)
+    INTERRUPT = "interrupt"  # in I: resume or replan after a message
+    MESSAGE = "message"  # a message-only turn (a centralized leader's directive)
+
+
+class Reason(str, enum.Enum):
+    """What brought an agent to this decision point."""
+
+    START = "start"  # the episode began
+    ENDED = "ended"  # its plan succeeded or failed
+    REPLAN = "replan"  # it dropped its running plan itself (see Agent.wants_replan)
+    MESSAGE = "message"  # a message interrupted it
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """A committed plan: what it is for (``spec``, e.g. ``"push_block(block#2)"``; plan
+    coherence and resumption compare these strings) and its symbolic actions."""
+
+    spec: str
+    actions: Tuple[SymbolicAction, ...]
+
+    def __post_init__(self):
+        if not isinstance(self.spec, str) or not self.spec.strip():
+            raise ValueError(f"Plan: spec must be a non-empty string, got {self.spec!r}")
+        object.__setattr__(self, "actions", tuple(self.actions))
+        for i, action in enumerate(self.actions):
+            if not isinstance(action, SymbolicAction):
+                raise ValueError(f"Plan: action {i} must be a SymbolicAction, got {type(action).__name__}")
+
+    @property
+    def text_actions(self) -> List[str]:
+        return [str(a) for a in self.actions]
+
+    def __str__(self) -> str:
+        return f"{self.spec}: {plan_to_text(self.actions)}" if self.actions else self.spec
+
+
+@dataclasses.dataclass(frozen=True)
+class OutgoingMessage:
+    """A message an agent wants to send: recipient agent ids and the text."""
+
+    recipients: Tuple[int, ...]
+    content: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Message:
+    """A message as sent: ``id`` is unique in the episode, ``t`` the step it was sent at."""
+
+    id: int
+    t: int
+    sender: int
+    recipients: Tuple[int, ...]
+    content: str
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelCall:
+    """One model call an agent made while deciding; the fields of a trace ``llm`` record."""
+
+    model: Optional[str]
+    attempts: int
+    latency_s: float
+    prompt_tokens: int
+    completion_tokens: int
+    valid: bool
+    fallback: bool
+    error: Optional[str] = None
+
+
+@dataclasses.dataclass
+class Decision:
+    """An agent's answer at a decision point.
+
+    In R (purpose ``plan``): ``plan`` is required. In I (purpose ``interrupt``):
+    ``resume=True`` keeps the running plan, otherwise ``plan`` replaces it. A ``message``
+    turn carries ``messages`` only. ``calls`` are the model calls made for it (for the
+    trace); ``fallback`` marks a decision the agent fell back to after failing to get a
+    valid reply, with ``note`` saying why, and ``server_error`` the model server's error
+    when the server itself failed (after its retries): the episode loop ends an episode
+    whose server keeps failing.
+    """
+
+    plan: Optional[Plan] = None
+    resume: bool = False
+    messages: Tuple[OutgoingMessage, ...] = ()
+    calls: Tuple[ModelCall, ...] = ()
+    fallback: bool = False
+    note: Optional[str] = None
+    server_error: Optional[str] = None
+
+
+@dataclasses.dataclass(frozen=True)
+class TopologyView:
+    """What the communication topology allows one agent in one decision."""
+
+    name: str  # individual | debate | centralized | decentralized | ...
+    role: str  # the agent's role text for prompts
+    may_send: bool  # whether this decision may carry messages
+    allowed_recipients: frozenset  # agent ids it may address
+    message_budget: int  # messages it may send in this decision
+    instructions: str = ""  # what this turn asks for (e.g. "send one directive to all followers")
+
+
+@dataclasses.dataclass(frozen=True)
+class PlanProgress:
+    """Where an agent's current (or last) plan stands, from the plan executor."""
+
+    plan: Optional[Plan]
+    index: int  # current action index (len(actions) when finished)
+    status: str  # started | in_progress | succeeded | failed | done
+    error: Optional[PlanError]  # why it failed, when it did
+
+
+@dataclasses.dataclass
+class DecisionContext:
+    """Everything an agent may look at when it decides (built by the episode loop).
+
+    ``state`` is the JAX state (unbatched) before the next step; ``views`` the symbolic
+    views of it (:class:`cube_jax.agents.views.WorldView`, computed once per step and
+    shared). ``inbox`` holds the messages delivered to the agent since it last decided;
+    ``feedback`` says what happened to its last plan or reply. ``validate(decision)``
+    checks a decision against the state and the topology (a :class:`PlanError` or None);
+    the loop applies the same check to every decision it receives.
+    """
+
+    agent: int
+    name: str
+    purpose: Purpose
+    reason: Reason
+    t: int
+    state: State
+    views: Any
+    num_agents: int
+    max_steps: int
+    progress: PlanProgress
+    inbox: Tuple[Message, ...]
+    feedback: Optional[str]
+    topology: TopologyView
+    history: Tuple[Any, ...]  # the agent's recent executor history records (oldest first)
+    validate: Callable[["Decision"], Optional[PlanError]]
+    rng: Any = None  # a numpy Generator seeded from the episode seed and the agent
+
+
+class Agent(abc.ABC):
+    """A decision maker for one agent, run by the CPU episode loop.
+
+    Subclasses set ``kind`` (``llm``, ``heuristic``, ``team``, ``policy``, ``random``,
+    ``scripted``, ``replay``, ``human``) and implement :meth:`decide`. ``model`` names the
+    model behind a language agent (None otherwise).
+    """
+
+    kind: str = "agent"
+    model: Optional[str] = None
+    acts_with_primitives: bool = False
+
+    def reset(self, agent: int, num_agents: int, seed: int) -> None:
+        """Called once at the start of every episode, before the first decision."""
+
+    @abc.abstractmethod
+    async def decide(self, ctx: DecisionContext) -> Decision:
+        """The decision at a decision point (see :class:`Decision` for what each purpose needs)."""
+
+    def wants_replan(self, ctx: DecisionContext) -> bool:
+        """Asked before every step while the agent executes; True drops the running plan
+        (trace event ``replaced``) and makes the agent reason again. Only agents that
+        decide without a model call should override it (planners do)."""
+        return False
+
+    def primitive(self, ctx: DecisionContext) -> int:
+        """This step's primitive action, for agents with ``acts_with_primitives``."""
+        raise NotImplementedError(f"{type(self).__name__} does not act with primitives")
+
+    def describe(self) -> Dict[str, Any]:
+        """``{"kind", "model"}`` for the trace's episode record (more keys may be added)."""
+        return {"kind": self.kind, "model": self.model}
+
+
+class BatchedPolicy(Protocol):
+    """A pure JAX policy for one environment; jit and vmap it freely.
+
+    ``init(key)`` gives the policy's state for a new episode; ``act(state, policy_state)``
+    returns ``(int32[N] actions, new policy state)`` for one (unbatched) environment state.
+    """
+
+    name: str
+
+    def init(self, key: jax.Array) -> Any: ...
+
+    def act(self, state: State, policy_state: Any) -> Tuple[jax.Array, Any]: ...
+
+
+def idle_plan(steps: int = 1, spec: str = "idle") -> Plan:
+    """``idle(steps)``: what an agent falls back to when it has no valid plan."""
+    return Plan(spec, (SymbolicAction("idle", {"steps": int(steps)}),))
+
+
+__all__ = [
+    "Agent",
+    "BatchedPolicy",
+    "Decision",
+    "DecisionContext",
+    "Message",
+    "ModelCall",
+    "OutgoingMessage",
+    "Plan",
+    "PlanProgress",
+    "Purpose",
+    "Reason",
+    "Stage",
+    "TopologyView",
+    "idle_plan",
+]
