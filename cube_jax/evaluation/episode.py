@@ -150,7 +150,7 @@ class _Slot:
     inbox: List[Message] = dataclasses.field(default_factory=list)  # delivered, not yet read
     buffer: Deque[Message] = dataclasses.field(default_factory=collections.deque)  # sent, not yet delivered
     delivered_this_step: int = 0
-    feedback: Optional[str] = None
+    feedback: List[str] = dataclasses.field(default_factory=list)  # what happened since it last decided
     history: Deque[Any] = dataclasses.field(default_factory=lambda: collections.deque(maxlen=HISTORY_PER_AGENT))
     last_error: Optional[PlanError] = None
     last_status: str = DONE
@@ -292,11 +292,14 @@ class Episode:
             self._view = WorldView(self.state)
         return self._view
 
-    def _context(self, slot: _Slot, purpose: Purpose, view: TopologyView) -> DecisionContext:
+    def _context(self, slot: _Slot, purpose: Purpose, view: TopologyView, consume: bool = True) -> DecisionContext:
+        """The agent's decision context; ``consume`` marks its inbox and feedback as read
+        (a real decision), which the per-step peeks (wants_replan, primitives) do not."""
         ex = self.executor.agents[slot.index]
         progress = PlanProgress(plan=slot.plan, index=ex.index, status=slot.last_status, error=slot.last_error)
-        inbox, slot.inbox = tuple(slot.inbox), []
-        feedback, slot.feedback = slot.feedback, None
+        inbox, feedback = tuple(slot.inbox), "\n".join(slot.feedback) or None
+        if consume:
+            slot.inbox, slot.feedback = [], []
         reason = Reason.MESSAGE if purpose == Purpose.INTERRUPT else slot.reason
         return DecisionContext(
             agent=slot.index, name=slot.name, purpose=purpose, reason=reason, t=self.t, state=self.state,
@@ -351,7 +354,7 @@ class Episode:
             error = self.check_decision(agent, purpose, view, decision)
         if error is not None:
             logger.info("%s: invalid decision at t=%d (%s); falling back to idle(1)", slot.name, self.t, error)
-            slot.feedback = f"Your last decision was refused ({error}); you idle for one step."
+            slot.feedback.append(f"Your last decision was refused ({error}); you idle for one step.")
             decision = Decision(plan=idle_plan(1, spec="fallback: idle"), fallback=True, note=str(error))
         if self._server_failures >= self.limits.max_server_failures:
             raise EpisodeEnded(f"model server failing ({self._server_failures} decisions in a row): {server_error}")
@@ -462,7 +465,7 @@ class Episode:
                 running[record.agent] = record.action
         for slot in self.slots:
             if slot.agent.acts_with_primitives:
-                ctx = self._context(slot, Purpose.PLAN, self.topology.view(slot.index, Purpose.PLAN))
+                ctx = self._context(slot, Purpose.PLAN, self.topology.view(slot.index, Purpose.PLAN), consume=False)
                 primitives[slot.index] = _checked_primitive(slot, slot.agent.primitive(ctx))
         tasks = step_tasks(view, primitives, running, [s.agent.acts_with_primitives for s in self.slots])
         self.state, ts = self.env.step(self.state, primitives)
@@ -498,18 +501,18 @@ class Episode:
                 slot.last_status, slot.last_error = ("succeeded", None) if status == DONE else ("failed", error)
                 if status == DONE:
                     self._plan_record(slot, "succeeded")
-                    slot.feedback = f"Your plan {slot.plan.spec!r} succeeded."
+                    slot.feedback.append(f"Your plan {slot.plan.spec!r} succeeded.")
                 else:
                     reason = error.message if error is not None else "failed"
                     self._plan_record(slot, "failed", reason=reason)
-                    slot.feedback = f"Your plan {slot.plan.spec!r} failed: {error}."
+                    slot.feedback.append(f"Your plan {slot.plan.spec!r} failed: {error}.")
                 slot.plan, slot.plan_id = None, None
                 slot.reason = Reason.ENDED
                 self._set_stage(slot, Stage.REASONING)
         for slot in self.slots:
             if slot.stage != Stage.EXECUTING or slot.agent.acts_with_primitives:
                 continue
-            ctx = self._context(slot, Purpose.PLAN, self.topology.view(slot.index, Purpose.PLAN))
+            ctx = self._context(slot, Purpose.PLAN, self.topology.view(slot.index, Purpose.PLAN), consume=False)
             if slot.agent.wants_replan(ctx):
                 self._plan_record(slot, "replaced")
                 slot.plan, slot.plan_id = None, None

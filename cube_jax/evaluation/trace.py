@@ -21,6 +21,7 @@ the first problem; :func:`read_trace` loads a valid one.
 """
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import io
 import json
@@ -285,6 +286,9 @@ class TraceWriter:
                     reason = "closed without an end record"
                 elif issubclass(exc_type, KeyboardInterrupt):
                     reason = "interrupted (KeyboardInterrupt)"
+                elif issubclass(exc_type, asyncio.CancelledError):
+                    # what an asyncio program sees of Ctrl-C, a timeout or a shutdown
+                    reason = "interrupted (cancelled)"
                 else:
                     reason = f"error: {exc_type.__name__}: {str(exc)[:200]}"
                 self.abort(reason, **self.outcome)
