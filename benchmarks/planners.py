@@ -4,8 +4,10 @@
     python benchmarks/planners.py --n 1 2 3 4 --episodes 8
 
 Every episode uses the default curriculum and ``default_max_steps(n)``; seed s resets the
-environment with ``jax.random.PRNGKey(s)``. Prints a table and writes
-``benchmarks/results/planners.json`` and ``benchmarks/results/planners.png``.
+environment with ``jax.random.PRNGKey(s)``. Episodes run on the CPU episode loop
+(:func:`cube_jax.evaluation.run_episode`), with ``--traces DIR`` writing one trace per
+episode (``DIR/<planner>-n<n>/episode-<seed>.jsonl``) for ``cube-jax report``. Prints a table
+and writes ``benchmarks/results/planners.json`` and ``benchmarks/results/planners.png``.
 """
 from __future__ import annotations
 
@@ -16,25 +18,27 @@ import multiprocessing
 import time
 from pathlib import Path
 
-import jax
 import numpy as np
 
 import cube_jax
+from cube_jax.agents.planners import PLANNER_TEAMS
 from cube_jax.core import generator
-from cube_jax.symbolic.planners import HeuristicPlanner, TeamPlanner, run_planner_episode
+from cube_jax.evaluation import run_episode
 
-PLANNERS = {"heuristic": HeuristicPlanner, "team": TeamPlanner}
+PLANNERS = PLANNER_TEAMS
 RESULTS = Path(__file__).parent / "results"
 
 
-def evaluate(n: int, planner_name: str, episodes: int) -> dict:
+def evaluate(n: int, planner_name: str, episodes: int, traces: Path = None) -> dict:
     env = cube_jax.make(n=n)
-    planner = PLANNERS[planner_name](env)
+    team = PLANNERS[planner_name](env)
     start = time.perf_counter()
     runs = []
     for seed in range(episodes):
-        result = run_planner_episode(env, planner, jax.random.PRNGKey(seed))
-        runs.append({"seed": seed, **result})
+        trace = None if traces is None else traces / f"{planner_name}-n{n}" / f"episode-{seed:06d}.jsonl"
+        result = run_episode(env, team, seed=seed, trace=trace, env_kwargs={"n": n})
+        runs.append({"seed": seed, "steps": result.steps, "blocks_total": result.blocks_total,
+                     "blocks_delivered": result.blocks_delivered, "success": result.success})
     return {
         "n": n,
         "planner": planner_name,
@@ -79,6 +83,7 @@ def main() -> None:
     parser.add_argument("--episodes", type=int, default=32)
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--workers", type=int, default=2, help="processes evaluating (n, planner) pairs in parallel")
+    parser.add_argument("--traces", type=Path, default=None, help="write every episode's trace under this folder")
     args = parser.parse_args()
     if args.episodes < 1 or any(n < 1 for n in args.n):
         parser.error("--episodes and every --n must be >= 1")
@@ -89,7 +94,7 @@ def main() -> None:
     with concurrent.futures.ProcessPoolExecutor(
         args.workers, mp_context=multiprocessing.get_context("spawn")  # jax does not survive fork
     ) as pool:
-        futures = {pool.submit(evaluate, n, name, args.episodes): (n, name) for n, name in jobs}
+        futures = {pool.submit(evaluate, n, name, args.episodes, args.traces): (n, name) for n, name in jobs}
         for future in concurrent.futures.as_completed(futures):
             row = future.result()
             done[futures[future]] = row

@@ -42,10 +42,12 @@ def test_bad_arguments_are_argparse_errors_naming_the_argument(argv, argument, r
 
 def check_json(path, episodes, seed, max_steps, blocks):
     out = json.loads(path.read_text())
-    assert set(out) == {"success_rate", "mean_steps", "episodes"}
+    assert set(out) == {"success_rate", "mean_steps", "episodes", "team", "loop", "env"}
     assert [e["seed"] for e in out["episodes"]] == list(range(seed, seed + episodes))
     for e in out["episodes"]:
-        assert set(e) == {"seed", "blocks_total", "blocks_delivered", "steps", "success"}
+        assert set(e) == {"seed", "blocks_total", "blocks_delivered", "steps", "success", "weight_delivered",
+                          "weight_total", "return"}
+        assert 0 <= e["weight_delivered"] <= e["weight_total"]
         assert e["blocks_total"] == blocks and 0 <= e["blocks_delivered"] <= blocks
         assert e["success"] == (e["blocks_delivered"] == blocks)
         assert 1 <= e["steps"] <= max_steps
@@ -85,6 +87,7 @@ def test_checkpoint_policy_is_loaded_lazily_and_used(tmp_path, capsys, monkeypat
 
     class StayPolicy:
         env_kwargs = {"scenario": "easy", "observation": "vector"}
+        observation_size = 24  # easy's vector form: 2 + 3 + 5 x 3 blocks + 2 x 2 agents
 
         def act(self, observation, key, greedy=True):
             calls["shape"] = observation.shape
@@ -103,6 +106,52 @@ def test_checkpoint_policy_is_loaded_lazily_and_used(tmp_path, capsys, monkeypat
     code, _ = run(["eval", "--policy", str(folder), "--episodes", "2", "--max-steps", "20", "--json", str(path),
                    "--no-progress"], capsys)
     assert code == 0
-    assert calls["path"] == str(folder) and calls["shape"][0] == 2  # per-agent observations of "easy"
+    assert calls["path"] == str(folder) and calls["shape"] == (2, 24)  # per-agent observations of "easy"
     out = check_json(path, episodes=2, seed=0, max_steps=20, blocks=3)
     assert out["success_rate"] == 0.0 and out["mean_steps"] == 20.0  # standing still delivers nothing
+
+
+@pytest.mark.slow
+def test_a_mixed_batched_team_runs_vmapped(tmp_path, capsys):
+    path = tmp_path / "mixed.json"
+    code, captured = run(["eval", "--team", "heuristic,random", "--scenario", "easy", "--episodes", "2",
+                          "--max-steps", "40", "--json", str(path), "--no-progress"], capsys)
+    assert code == 0
+    out = check_json(path, episodes=2, seed=0, max_steps=40, blocks=3)
+    assert out["team"] == ["heuristic", "random"] and out["loop"] == "batched"
+    assert "loop              batched" in captured.out
+
+
+def test_the_team_planner_runs_on_the_cpu_loop_and_writes_traces(tmp_path, capsys):
+    from cube_jax.evaluation import read_trace
+
+    path, traces = tmp_path / "team.json", tmp_path / "traces"
+    code, _ = run(["eval", "--team", "team", "--scenario", "hard", "--episodes", "2", "--seed", "4",
+                   "--traces", str(traces), "--json", str(path), "--no-progress"], capsys)
+    assert code == 0
+    out = check_json(path, episodes=2, seed=4, max_steps=100, blocks=3)
+    assert out["loop"] == "cpu" and out["success_rate"] == 1.0 and out["team"] == ["team"] * 3
+    files = sorted(p.name for p in traces.iterdir())
+    assert files == ["episode-000004.jsonl", "episode-000005.jsonl"]
+    records = read_trace(traces / files[0])
+    assert records[0]["env"] == {"scenario": "hard"} and records[0]["seed"] == 4
+    assert records[-1]["steps"] == out["episodes"][0]["steps"]
+
+
+@pytest.mark.parametrize(
+    "argv, argument, reason",
+    [
+        (["--team", "heuristic,bogus,random", "--scenario", "hard"], "--team", "entry 1 has unknown kind 'bogus'"),
+        (["--team", "heuristic,random", "--scenario", "hard"], "--team", "2 members for a world of 3 agents"),
+        (["--team", "policy", "--scenario", "hard"], "--team", "needs a checkpoint folder"),
+        (["--team", "heuristic"], "--team", "give --n N or --scenario NAME"),
+        (["--team", "team", "--scenario", "hard", "--loop", "batched"], "--loop", "batched needs every member"),
+        (["--policy", "random", "--team", "random", "--n", "2"], "--team", "not allowed with argument --policy"),
+    ],
+)
+def test_bad_team_arguments_name_the_argument(argv, argument, reason, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["eval", *argv])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert f"argument {argument}" in err and reason in err, err

@@ -1,31 +1,39 @@
-"""``cube-jax eval``: play many episodes at once and summarise them.
+"""``cube-jax eval``: play many episodes and summarise them.
 
-Every episode is one member of a ``jax.vmap`` batch, and the whole batch advances in one
-``lax.scan`` over steps, split into chunks so a progress bar can follow it. Episode ``i``
-starts from ``env.reset(PRNGKey(seed + i))``; an episode that ends stays frozen while the
-others finish, and its ``steps`` is the step on which it terminated (or ``max_steps``)::
+A team of batched JAX policies (``heuristic``, ``random``, trained checkpoints) plays all
+episodes at once: every episode is one member of a ``jax.vmap`` batch advancing in jitted
+chunks (:func:`cube_jax.evaluation.evaluate`). Any other team (the team planner, or a mix
+that includes it) plays on the CPU episode loop, one episode after the other
+(:func:`cube_jax.evaluation.run_episode`), which can also write a trace per episode.
+Episode ``i`` starts from ``env.reset(PRNGKey(seed + i))`` either way; its ``steps`` is the
+step on which it terminated (or ``max_steps``)::
 
     cube-jax eval --policy heuristic --n 4 --episodes 32 --seed 0 --json out.json
     cube-jax eval --policy random --scenario easy --episodes 64
     cube-jax eval --policy runs/ippo-easy-20250101-000000 --episodes 32
+    cube-jax eval --team heuristic,heuristic,policy:runs/ippo-hard-... --scenario hard
+    cube-jax eval --team team --n 4 --episodes 8 --traces traces/
 
-``--policy`` is ``heuristic`` (the cube paper's baseline, :mod:`cube_jax.symbolic.jax_heuristic`),
-``random`` (uniform primitive actions) or a checkpoint folder written by the RL baselines
-(greedy actions; its world comes from the checkpoint unless ``--n``/``--scenario`` is given).
+``--policy`` is ``heuristic`` (the cube paper's baseline), ``random`` (uniform primitive
+actions) or a checkpoint folder written by the RL baselines (greedy actions; its world
+comes from the checkpoint unless ``--n``/``--scenario`` is given). ``--team`` gives one
+member per agent (see :mod:`cube_jax.teams`).
 """
 from __future__ import annotations
 
 import argparse
 import json
-import math
+import logging
 import sys
-import time
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Any, Dict, List
 
 import numpy as np
 
 BUILTIN_POLICIES = ("heuristic", "random")
+LOOPS = ("auto", "batched", "cpu")
+
+logger = logging.getLogger(__name__)
 
 
 # --- argument checking -----------------------------------------------------------------------
@@ -51,10 +59,14 @@ def _int(text: str) -> int:
 def add_parser(commands) -> argparse.ArgumentParser:
     ev = commands.add_parser(
         "eval",
-        help="evaluate a policy on many episodes at once (jax.vmap)",
-        description="Evaluate a policy on E episodes run as one vmapped batch; prints a summary table.",
+        help="evaluate a policy or a mixed team on many episodes",
+        description="Evaluate a policy or a team on E episodes (one vmapped batch when every member is a JAX "
+                    "policy, else the CPU episode loop); prints a summary table.",
     )
-    ev.add_argument("--policy", required=True, help="heuristic, random, or a checkpoint folder of an RL baseline")
+    who = ev.add_mutually_exclusive_group(required=True)
+    who.add_argument("--policy", help="heuristic, random, or a checkpoint folder of an RL baseline")
+    who.add_argument("--team", help="one member per agent, comma-separated: heuristic, team, random, "
+                                    "policy:<checkpoint> (a single member applies to every agent)")
     world = ev.add_mutually_exclusive_group()
     world.add_argument("--n", type=_positive_int, help="the n-curriculum level (n agents, k = max(20, n))")
     world.add_argument("--scenario", help="a named scenario (easy, hard) or a scenario .yaml file")
@@ -63,6 +75,11 @@ def add_parser(commands) -> argparse.ArgumentParser:
     ev.add_argument("--max-steps", type=_positive_int, default=None, help="episode limit (default: the world's)")
     ev.add_argument("--chunk", type=_positive_int, default=None,
                     help="steps per jitted scan between progress updates (default: about max_steps / 20)")
+    ev.add_argument("--loop", choices=LOOPS, default="auto",
+                    help="batched (vmapped JAX) or cpu (the episode loop); auto: batched when every member is a "
+                         "JAX policy and no traces are asked for")
+    ev.add_argument("--traces", type=Path, default=None,
+                    help="write one trace per episode (LLM.md section 5) into this folder (CPU loop)")
     ev.add_argument("--json", type=Path, default=None, help="write per-episode results to this JSON file")
     ev.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     ev.set_defaults(run=run)
@@ -87,129 +104,100 @@ def _world_kwargs(args) -> dict:
     return {}
 
 
-# --- policies: policy(env_state, observation, policy_state) -> (actions, policy_state) ------------
+# --- building the world and the team ------------------------------------------------------------
 
 
-def heuristic_policy(env):
-    from cube_jax.symbolic.jax_heuristic import heuristic_policy as make
+def _checkpoint_world(parser, args, path: Path, world: dict) -> dict:
+    from cube_jax.rl.policy import load_policy
 
-    step, init = make(env)
-
-    def policy(state, observation, policy_state):
-        return step(state, policy_state)
-
-    return policy, lambda key: init
-
-
-def random_policy(env):
-    import jax
-
-    def policy(state, observation, key):
-        key, sub = jax.random.split(key)
-        return jax.random.randint(sub, (env.num_agents,), 0, env.num_actions).astype("int32"), key
-
-    return policy, lambda key: key
-
-
-def checkpoint_policy(loaded, env):
-    import jax
-
-    def policy(state, observation, key):
-        key, sub = jax.random.split(key)
-        return loaded.act(observation, sub, greedy=True), key
-
-    return policy, lambda key: key
-
-
-# --- the batched rollout -----------------------------------------------------------------------
-
-
-def make_rollout(env, policy: Callable, chunk: int):
-    """A jitted ``chunk_fn(carry) -> carry`` running ``chunk`` steps of a vmapped batch."""
-    import jax
-    import jax.numpy as jnp
-
-    def one_step(carry, _):
-        state, observation, policy_state, done, steps = carry
-        actions, new_policy_state = policy(state, observation, policy_state)
-        new_state, ts = env.step(state, actions)
-        ended = ts.terminated | ts.truncated
-        keep = lambda new, old: jax.tree.map(lambda a, b: jnp.where(done, b, a), new, old)  # noqa: E731
-        carry = (
-            keep(new_state, state),
-            keep(ts.observation, observation),
-            keep(new_policy_state, policy_state),
-            done | ended,
-            jnp.where(done, steps, steps + 1),
+    if not path.exists():
+        parser.error(
+            f"argument --policy: {str(path)!r} is neither {' nor '.join(BUILTIN_POLICIES)} nor an existing "
+            "checkpoint folder"
         )
-        return carry, None
+    kwargs = dict(load_policy(path).env_kwargs)
+    if world:
+        kwargs.pop("n", None)
+        kwargs.pop("scenario", None)
+        kwargs.pop("pool_size", None)
+        kwargs.update(world)
+    return kwargs
 
-    def run_chunk(carry):
-        carry, _ = jax.lax.scan(one_step, carry, None, length=chunk)
-        return carry
 
-    return jax.jit(jax.vmap(run_chunk))
+def _setup(parser, args):
+    """(env, make kwargs, members) from the arguments; argparse errors name the argument."""
+    import cube_jax
+    from cube_jax.teams import TeamSpecError, parse_team
+
+    world = _world_kwargs(args)
+    if args.policy is not None:
+        if args.policy in BUILTIN_POLICIES:
+            if not world:
+                parser.error(f"argument --policy: {args.policy} needs a world: give --n N or --scenario NAME")
+            kwargs, spec = dict(world), args.policy
+        else:
+            kwargs, spec = _checkpoint_world(parser, args, Path(args.policy), world), f"policy:{args.policy}"
+        option = "--policy"
+    else:
+        if not world:
+            parser.error("argument --team: a team needs a world: give --n N or --scenario NAME")
+        kwargs, spec, option = dict(world), args.team, "--team"
+    kwargs.pop("pool_size", None)  # evaluation draws fresh layouts from the episode seeds
+    if args.max_steps is not None:
+        kwargs["max_steps"] = args.max_steps
+    env = cube_jax.make(**kwargs)
+    try:
+        members = parse_team(spec, env.num_agents)
+    except TeamSpecError as err:
+        parser.error(f"argument {option}: {err}")
+    return env, kwargs, members
 
 
-def evaluate(env, policy: Callable, init_policy_state: Callable, episodes: int, seed: int, chunk: Optional[int] = None,
-             progress: bool = True) -> dict:
-    """Runs ``episodes`` episodes (seeds ``seed + i``) as one batch; returns results and timings."""
-    import jax
-    import jax.numpy as jnp
+def _cpu_episodes(env, kwargs, members, args) -> Dict[str, Any]:
+    """Plays the episodes on the CPU loop, one after the other."""
+    import time
+
     from tqdm import tqdm
 
-    chunk = chunk or max(1, math.ceil(env.max_steps / 20))
-    keys = jax.vmap(jax.random.PRNGKey)(jnp.arange(seed, seed + episodes))
-    states, timesteps = jax.jit(jax.vmap(env.reset))(keys)
-    policy_keys = jax.vmap(lambda k: jax.random.fold_in(k, 1))(keys)
-    policy_states = jax.vmap(init_policy_state)(policy_keys)
-    carry = (states, timesteps.observation, policy_states, jnp.zeros((episodes,), bool), jnp.zeros((episodes,), jnp.int32))
+    from cube_jax.evaluation import run_episode
+    from cube_jax.teams import team_agents
 
+    agents = team_agents(env, members)
+    episodes: List[dict] = []
     start = time.perf_counter()
-    rollout = make_rollout(env, policy, chunk).lower(carry).compile()
-    compile_seconds = time.perf_counter() - start
-
-    start = time.perf_counter()
-    chunks = math.ceil(env.max_steps / chunk)
-    with tqdm(total=chunks * chunk, unit="step", desc="eval", disable=not progress, file=sys.stderr) as bar:
-        for _ in range(chunks):
-            carry = rollout(carry)
-            done = np.asarray(carry[3])
-            bar.update(chunk)
-            bar.set_postfix(finished=f"{int(done.sum())}/{episodes}")
-            if done.all():
-                break
-    jax.block_until_ready(carry)
-    run_seconds = time.perf_counter() - start
-
-    final_states, steps = carry[0], np.asarray(carry[4])
-    alive = np.asarray(final_states.block_alive)
-    episodes_out = [
-        {
-            "seed": seed + i,
-            "blocks_total": int(alive.shape[1]),
-            "blocks_delivered": int((~alive[i]).sum()),
-            "steps": int(steps[i]),
-            "success": bool(not alive[i].any()),
-        }
-        for i in range(episodes)
-    ]
+    bar = tqdm(range(args.episodes), unit="episode", desc="eval", disable=args.no_progress, file=sys.stderr)
+    for i in bar:
+        seed = args.seed + i
+        trace = None if args.traces is None else args.traces / f"episode-{seed:06d}.jsonl"
+        result = run_episode(env, agents, seed=seed, trace=trace, env_kwargs=kwargs)
+        episodes.append({
+            "seed": seed,
+            "blocks_total": result.blocks_total,
+            "blocks_delivered": result.blocks_delivered,
+            "weight_delivered": result.weight_delivered,
+            "weight_total": result.weight_total,
+            "steps": result.steps,
+            "success": result.success,
+            "return": result.episode_return,
+        })
+        bar.set_postfix(success=f"{sum(e['success'] for e in episodes)}/{len(episodes)}")
     return {
-        "success_rate": float(np.mean([e["success"] for e in episodes_out])),
-        "mean_steps": float(np.mean([e["steps"] for e in episodes_out])),
-        "episodes": episodes_out,
-        "compile_seconds": compile_seconds,
-        "run_seconds": run_seconds,
+        "success_rate": float(np.mean([e["success"] for e in episodes])),
+        "mean_steps": float(np.mean([e["steps"] for e in episodes])),
+        "episodes": episodes,
+        "compile_seconds": 0.0,
+        "run_seconds": time.perf_counter() - start,
     }
 
 
-def summary_table(name: str, env, result: dict) -> str:
+def summary_table(name: str, env, result: dict, loop: str) -> str:
     episodes = result["episodes"]
     delivered = sum(e["blocks_delivered"] for e in episodes)
     total = sum(e["blocks_total"] for e in episodes)
     rows = [
-        ("policy", name),
+        ("team" if "," in name else "policy", name),
         ("world", repr(env)),
+        ("loop", loop),
         ("episodes", f"{len(episodes)} (seeds {episodes[0]['seed']}..{episodes[-1]['seed']})"),
         ("success rate", f"{result['success_rate']:.3f}"),
         ("blocks delivered", f"{delivered}/{total} ({delivered / max(total, 1):.3f})"),
@@ -226,40 +214,31 @@ def summary_table(name: str, env, result: dict) -> str:
 
 
 def run(parser: argparse.ArgumentParser, args) -> int:
-    import cube_jax
+    from cube_jax.evaluation import evaluate
+    from cube_jax.teams import batched_team, is_batched
 
     _check_world(parser, args)
-    world = _world_kwargs(args)
-    if args.policy in BUILTIN_POLICIES:
-        if not world:
-            parser.error(f"argument --policy: {args.policy} needs a world: give --n N or --scenario NAME")
-        env = cube_jax.make(**world, max_steps=args.max_steps)
-        policy, init = heuristic_policy(env) if args.policy == "heuristic" else random_policy(env)
+    env, kwargs, members = _setup(parser, args)
+    loop = args.loop
+    if loop == "auto":
+        loop = "batched" if is_batched(members) and args.traces is None else "cpu"
+    if loop == "batched" and not is_batched(members):
+        parser.error("argument --loop: batched needs every member to be heuristic, random or policy:<checkpoint>")
+    if loop == "batched" and args.traces is not None:
+        parser.error("argument --traces: traces are written by the CPU loop; use --loop cpu (or auto)")
+    name = ",".join(str(m) for m in members) if len(set(members)) > 1 else str(members[0])
+    if loop == "batched":
+        result = evaluate(env, batched_team(env, members), episodes=args.episodes, seed=args.seed, chunk=args.chunk,
+                          progress=not args.no_progress)
     else:
-        path = Path(args.policy)
-        if not path.exists():
-            parser.error(
-                f"argument --policy: {args.policy!r} is neither {' nor '.join(BUILTIN_POLICIES)} nor an existing "
-                "checkpoint folder"
-            )
-        from cube_jax.rl.policy import load_policy
-
-        loaded = load_policy(path)
-        kwargs = dict(loaded.env_kwargs)
-        if world:
-            kwargs.pop("n", None)
-            kwargs.pop("scenario", None)
-            kwargs.update(world)
-        if args.max_steps is not None:
-            kwargs["max_steps"] = args.max_steps
-        env = cube_jax.make(**kwargs)
-        policy, init = checkpoint_policy(loaded, env)
-
-    result = evaluate(env, policy, init, args.episodes, args.seed, args.chunk, progress=not args.no_progress)
-    print(summary_table(args.policy, env, result))
+        result = _cpu_episodes(env, kwargs, members, args)
+    print(summary_table(name, env, result, loop))
     if args.json is not None:
         out = {key: result[key] for key in ("success_rate", "mean_steps", "episodes")}
+        out.update({"team": [str(m) for m in members], "loop": loop, "env": kwargs})
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(out, indent=2))
         print(f"wrote {args.json}")
+    if args.traces is not None:
+        print(f"traces in {args.traces}")
     return 0
