@@ -282,3 +282,65 @@ def test_render_modes():
     ansi.close()
     with pytest.raises(RuntimeError, match="call reset"):
         ansi.render()
+
+
+# --- plan mode ----------------------------------------------------------------------------------
+
+
+def test_parallel_api_test_passes_with_plans(recwarn):
+    env = build("hard", plans=True)
+    parallel_api_test(env, num_cycles=200)
+    assert isinstance(env.action_space("agent_0"), cube_jax.adapters.pettingzoo.PlanActionSpace)
+
+
+def test_a_running_plan_needs_no_input_until_it_ends():
+    env = build("easy", plans=True)
+    obs, infos = env.reset(seed=0)
+    assert all(info["needs_input"] for info in infos.values())
+    _, _, _, _, infos = env.step({"agent_0": "move(down, 2)", "agent_1": '[{"action": "idle", "args": [3]}]'})
+    assert (infos["agent_0"]["plan_action"], infos["agent_0"]["plan_status"]) == ("move(down, 2)", "started")
+    assert not infos["agent_0"]["needs_input"] and not infos["agent_1"]["needs_input"]
+    _, _, _, _, infos = env.step({})  # both plans keep running
+    assert infos["agent_0"]["plan_status"] == "in_progress" and infos["agent_0"]["needs_input"]
+    assert not infos["agent_1"]["needs_input"]
+    assert cube_jax.layout(env.jax_state)["agents"][0] == (4, 0)  # two steps down from (2, 0)
+    with pytest.raises(ValueError, match="agent_0 has no running plan"):
+        env.step({"agent_1": None})
+
+
+def test_a_bad_plan_is_reported_in_info_and_the_episode_goes_on():
+    env = build("easy", plans=True)
+    env.reset(seed=0)
+    before = cube_jax.layout(env.jax_state)["agents"]
+    _, rewards, terminations, _, infos = env.step({"agent_0": "fly(up)", "agent_1": "push_block(1)"})
+    assert infos["agent_0"]["plan_error"]["kind"] == "plan_check" and "unknown action 'fly'" in \
+        infos["agent_0"]["plan_error"]["message"]
+    assert infos["agent_1"]["plan_error"]["message"] == "push_block(block, steps) takes 2 argument(s), got 1"
+    assert cube_jax.layout(env.jax_state)["agents"] == before and env.agents  # they stayed; the episode goes on
+    assert infos["agent_0"]["needs_input"] and infos["agent_0"]["plan_status"] == "done"
+
+
+def test_a_primitive_replaces_a_running_plan():
+    env = build("easy", plans=True)
+    env.reset(seed=0)
+    env.step({"agent_0": "idle(5)", "agent_1": "idle(5)"})
+    _, _, _, _, infos = env.step({"agent_0": 1})  # UP
+    assert infos["agent_0"]["plan_action"] is None and infos["agent_0"]["needs_input"]
+    assert infos["agent_1"]["plan_action"] == "idle(5)"
+    assert cube_jax.layout(env.jax_state)["agents"][0] == (1, 0)
+
+
+def test_plan_mode_repeats_whole_episodes_under_a_seed():
+    def run():
+        env = build("hard", plans=True)
+        for k, agent in enumerate(env.possible_agents):
+            env.action_space(agent).seed(5 + k)
+        obs, _ = env.reset(seed=11)
+        trail = []
+        while env.agents:
+            actions = {a: env.action_space(a).sample() for a in env.agents}
+            obs, rewards, _, _, infos = env.step(actions)
+            trail.append((cube_jax.layout(env.jax_state), {a: infos[a].get("plan_error") for a in infos}))
+        return trail
+
+    assert run() == run()

@@ -21,6 +21,28 @@ with nothing happened.
 Each ``step`` runs the world's jitted ``step`` once, packs what the dicts need into one array
 (a second, tiny jitted call) and copies that to the host in one transfer. ``jax_state``
 exposes the JAX ``State`` for symbolic tools; ``state()`` is the five-channel grid.
+
+**Plans.** With ``plans=True`` an agent's action is either a primitive (an int in 0..4) or
+a symbolic plan: text such as ``"move_to_block(0, left); push_block(0, 5)"`` or JSON (a
+string, a list of actions or ``{"plan": [...]}``; see :mod:`cube_jax.symbolic.actions`). The
+plan executor turns running plans into primitives; an agent whose plan is still running
+needs no new input (leave it out of the dict, or give None) until its info says
+``"needs_input": True``. A plan that cannot be read or does not fit the world comes back as
+``infos[agent]["plan_error"]`` (the :class:`~cube_jax.symbolic.PlanError` as a dict) and the
+agent stays in place this step; the episode goes on. A primitive, or a new plan, replaces a
+running plan. Every info in this mode also has ``"plan_status"`` (``started``,
+``in_progress``, ``succeeded``, ``failed`` or ``done``) and ``"plan_action"`` (the symbolic
+action that emitted this step's primitive, as text, or None).
+
+>>> env = cube_jax.parallel_env("easy", plans=True)
+>>> obs, infos = env.reset(seed=0)
+>>> obs, rewards, terminations, truncations, infos = env.step(
+...     {"agent_0": "move_to_block(0, left); push_block(0, 9)", "agent_1": "idle(3)"})
+>>> infos["agent_0"]["plan_action"], infos["agent_1"]["needs_input"]
+('move_to_block(0, left)', False)
+>>> obs, rewards, terminations, truncations, infos = env.step({"agent_1": "push_block(7, 1)"})
+>>> infos["agent_1"]["plan_error"]["message"]
+'push_block: unknown block 7; blocks are 0..2'
 """
 from __future__ import annotations
 
@@ -32,10 +54,12 @@ import jax.numpy as jnp
 import numpy as np
 from pettingzoo import ParallelEnv
 
+from cube_jax.adapters.render import render_rgb, render_text
 from cube_jax.core.env import make
 from cube_jax.core.observations import grid_observation
-from cube_jax.adapters.render import render_rgb, render_text
 from cube_jax.core.types import NUM_ACTIONS, State, TimeStep
+from cube_jax.symbolic.actions import ACTION_SPECS, DIRECTIONS, FACES, PlanError
+from cube_jax.symbolic.executor import DONE, FAILED, PlanExecutor
 
 RENDER_MODES = ("human", "ansi", "rgb_array")
 # PRNGKey keeps only the low 32 bits of a seed (without x64), so larger or negative seeds
@@ -65,6 +89,57 @@ def agent_name(i: int) -> str:
     return f"agent_{i}"
 
 
+class PlanActionSpace(gymnasium.spaces.Space):
+    """The actions of plan mode: a primitive (an int in 0..4) or a plan (a text or JSON string,
+    a list of JSON actions, or ``{"plan": [...]}``); None continues a running plan.
+
+    ``sample()`` gives a primitive or a random plan of one to three actions with arguments
+    in range for the world (its block ids), so random play exercises both paths.
+    """
+
+    def __init__(self, num_blocks: int, seed: Optional[int] = None):
+        super().__init__(shape=None, dtype=None, seed=seed)
+        self.num_blocks = int(num_blocks)
+
+    @property
+    def is_np_flattenable(self) -> bool:
+        return False
+
+    def _argument(self, kind: str) -> str:
+        rng = self.np_random
+        if kind == "face":
+            return FACES[int(rng.integers(len(FACES)))]
+        if kind == "direction":
+            return tuple(DIRECTIONS)[int(rng.integers(len(DIRECTIONS)))]
+        if kind == "block":
+            return str(int(rng.integers(self.num_blocks)))
+        return str(int(rng.integers(1, 4)))
+
+    def sample(self, mask=None, probability=None):
+        rng = self.np_random
+        if rng.random() < 0.6:
+            return int(rng.integers(NUM_ACTIONS))
+        specs = list(ACTION_SPECS.values())
+        actions = []
+        for _ in range(int(rng.integers(1, 4))):
+            spec = specs[int(rng.integers(len(specs)))]
+            actions.append(f"{spec.name}({', '.join(self._argument(a.kind) for a in spec.args)})")
+        return "; ".join(actions)
+
+    def contains(self, x) -> bool:
+        if isinstance(x, (bool, np.bool_)):
+            return False
+        if isinstance(x, (int, np.integer)):
+            return 0 <= int(x) < NUM_ACTIONS
+        return x is None or isinstance(x, (str, list, dict))
+
+    def __repr__(self) -> str:
+        return f"PlanActionSpace(primitive 0..{NUM_ACTIONS - 1} or a plan over {self.num_blocks} blocks)"
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, PlanActionSpace) and other.num_blocks == self.num_blocks
+
+
 class CubeParallelEnv(ParallelEnv):
     """CUBE as a PettingZoo ``ParallelEnv``; ``make_args``/``make_kwargs`` go to :func:`cube_jax.make`."""
 
@@ -75,10 +150,13 @@ class CubeParallelEnv(ParallelEnv):
         "is_parallelizable": True,
     }
 
-    def __init__(self, *make_args, render_mode: Optional[str] = None, **make_kwargs):
+    def __init__(self, *make_args, render_mode: Optional[str] = None, plans: bool = False, **make_kwargs):
         if render_mode is not None and render_mode not in RENDER_MODES:
             raise ValueError(f"render_mode: got {render_mode!r}, expected None or one of {RENDER_MODES}")
+        if not isinstance(plans, bool):
+            raise ValueError(f"plans: expected True or False, got {plans!r}")
         self.render_mode = render_mode
+        self.plans = plans
         self.world = make(*make_args, **make_kwargs)
         cfg = self.world.cfg
         self.possible_agents = [agent_name(i) for i in range(cfg.num_agents)]
@@ -89,7 +167,11 @@ class CubeParallelEnv(ParallelEnv):
             name: gymnasium.spaces.Box(-np.inf, np.inf, shape=per_agent_shape, dtype=np.float32)
             for name in self.possible_agents
         }
-        self.action_spaces = {name: gymnasium.spaces.Discrete(NUM_ACTIONS) for name in self.possible_agents}
+        if plans:
+            self.action_spaces = {name: PlanActionSpace(cfg.num_blocks) for name in self.possible_agents}
+        else:
+            self.action_spaces = {name: gymnasium.spaces.Discrete(NUM_ACTIONS) for name in self.possible_agents}
+        self.executor: Optional[PlanExecutor] = None
         self.state_space = _grid_state_space(cfg.grid_size, cfg.num_agents, cfg.num_blocks, self.world.max_weight)
         # Seeds episodes started with reset(seed=None); reset(seed=s) re-seeds it from s, so a
         # seeded run of several episodes repeats exactly.
@@ -100,7 +182,7 @@ class CubeParallelEnv(ParallelEnv):
     def observation_space(self, agent: str) -> gymnasium.spaces.Box:
         return self.observation_spaces[self._check_agent_name(agent, "observation_space")]
 
-    def action_space(self, agent: str) -> gymnasium.spaces.Discrete:
+    def action_space(self, agent: str) -> gymnasium.spaces.Space:
         return self.action_spaces[self._check_agent_name(agent, "action_space")]
 
     # -- episode ---------------------------------------------------------------------------
@@ -122,6 +204,11 @@ class CubeParallelEnv(ParallelEnv):
         self._state, ts = self.world.reset(jax.random.PRNGKey(seed))
         self.agents = self.possible_agents[:]
         obs, _, _, _, infos = self._to_host(ts, self._state)
+        if self.plans:
+            self.executor = PlanExecutor(self.world, keep_history=False)
+            self._needs_input = [True] * len(self.possible_agents)
+            for info in infos.values():
+                info.update(plan_status=DONE, plan_action=None, needs_input=True)
         if self.render_mode == "human":
             self.render()
         return obs, infos
@@ -132,9 +219,14 @@ class CubeParallelEnv(ParallelEnv):
             raise RuntimeError(
                 "step: no live agents: the episode has ended or reset() was never called; call reset() first"
             )
-        action_array = self._action_array(actions)  # int32[N]
+        if self.plans:
+            action_array, plan_infos = self._plan_actions(actions)
+        else:
+            action_array = self._action_array(actions)  # int32[N]
         self._state, ts = self.world.step(self._state, action_array)
         result = self._to_host(ts, self._state)
+        if self.plans:
+            self._add_plan_infos(result[4], plan_infos)
         if result[2][self.agents[0]] or result[3][self.agents[0]]:
             self.agents = []
         if self.render_mode == "human":
@@ -170,10 +262,72 @@ class CubeParallelEnv(ParallelEnv):
     def close(self) -> None:
         # Nothing is held open: rendering draws into fresh arrays and prints.
         self._state = None
+        self.executor = None
         self.agents = []
 
     def __repr__(self) -> str:
-        return f"CubeParallelEnv({self.world!r}, render_mode={self.render_mode!r})"
+        return f"CubeParallelEnv({self.world!r}, render_mode={self.render_mode!r}, plans={self.plans})"
+
+    # -- plans -----------------------------------------------------------------------------
+    def _plan_actions(self, actions: Dict[str, Any]):
+        """(int32[N] joint action, per-agent plan infos) for a plan-mode step."""
+        if not isinstance(actions, dict):
+            raise ValueError(f"step: actions must be a dict {{agent name: primitive or plan}}, got "
+                             f"{type(actions).__name__}")
+        for name in actions:
+            if name not in self._agent_index:
+                raise ValueError(f"step: unknown agent {name!r}; agents are {self.possible_agents}")
+        ex, state = self.executor, self._state
+        primitives: Dict[int, int] = {}
+        infos: Dict[str, dict] = {name: {} for name in self.possible_agents}
+        for name in self.agents:
+            i = self._agent_index[name]
+            value = actions.get(name)
+            if isinstance(value, np.ndarray) and value.shape == () and np.issubdtype(value.dtype, np.integer):
+                value = value.item()
+            if value is None:
+                if self._needs_input[i]:
+                    raise ValueError(f"step: {name} has no running plan; give it a primitive (0..4) or a plan")
+                continue
+            if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer, str, list, dict)):
+                raise ValueError(f"step: action for {name!r} must be an int in 0..{NUM_ACTIONS - 1} or a plan "
+                                 f"(text or JSON), got {type(value).__name__}")
+            if isinstance(value, (int, np.integer)):
+                if not 0 <= value < NUM_ACTIONS:
+                    raise ValueError(f"step: action for {name!r} must be in 0..{NUM_ACTIONS - 1}, got {value!r}")
+                ex.clear(i)
+                primitives[i] = int(value)
+                continue
+            try:
+                ex.set_plan(i, value, state)
+            except PlanError as err:
+                ex.clear(i)
+                infos[name]["plan_error"] = err.to_dict()
+        before = len(ex.history)
+        ex.keep_history = True
+        joint = ex.act(state)
+        for record in ex.history[before:]:
+            if record.primitive is not None and record.action is not None:
+                infos[agent_name(record.agent)]["plan_action"] = str(record.action)
+        ex.history.clear()
+        ex.keep_history = False
+        for i, value in primitives.items():
+            joint[i] = value
+        for name in self.possible_agents:
+            i = self._agent_index[name]
+            infos[name].setdefault("plan_action", None)
+            status = ex.status(i)
+            infos[name]["plan_status"] = status
+            if status == FAILED and "plan_error" not in infos[name] and ex.error(i) is not None:
+                infos[name]["plan_error"] = ex.error(i).to_dict()
+        return joint, infos
+
+    def _add_plan_infos(self, infos: Dict[str, dict], plan_infos: Dict[str, dict]) -> None:
+        ahead = self.executor.peek(self._state)  # does each plan still have something to emit?
+        self._needs_input = [status in (DONE, FAILED) for status, _ in ahead]
+        for name, info in infos.items():
+            info.update(plan_infos[name])
+            info["needs_input"] = self._needs_input[self._agent_index[name]]
 
     # -- conversions -----------------------------------------------------------------------
     def _action_array(self, actions: Dict[str, Any]) -> np.ndarray:

@@ -492,7 +492,7 @@ class Episode:
     def _close_ended_plans(self) -> None:
         """X -> R for every agent whose plan has nothing more to emit at the new state (or
         that drops its plan itself)."""
-        ended = self.executor_dry_run()
+        ended = self.executor.peek(self.state)
         for slot in self.slots:
             if slot.stage != Stage.EXECUTING or slot.agent.acts_with_primitives:
                 continue
@@ -519,19 +519,6 @@ class Episode:
                 slot.reason = Reason.REPLAN
                 self._set_stage(slot, Stage.REASONING)
 
-    def executor_dry_run(self):
-        """Per agent ``(status, error)`` the executor would report after acting on the current
-        state, without changing it: DONE or FAILED means the plan has nothing left to emit."""
-        ex = self.executor
-        saved_agents, saved_history = ex.agents, ex.keep_history
-        ex.agents = [dataclasses.replace(a) for a in saved_agents]
-        ex.keep_history = False
-        try:
-            ex.act(self.state)
-            return [(a.status, a.error) for a in ex.agents]
-        finally:
-            ex.agents, ex.keep_history = saved_agents, saved_history
-
     # -- the end --------------------------------------------------------------------------------
     def _outcome(self) -> Dict[str, int]:
         alive = np.asarray(self.state.block_alive)
@@ -547,7 +534,7 @@ class Episode:
     def _finish(self, terminated: bool, truncated: bool, reason: str) -> EpisodeResult:
         # Plans still held at the end: those the last step completed count as succeeded or
         # failed (what the executor would find next), the others as unfinished.
-        ended = self.executor_dry_run() if any(s.plan is not None for s in self.slots) else []
+        ended = self.executor.peek(self.state) if any(s.plan is not None for s in self.slots) else []
         for slot in self.slots:
             if slot.plan is None:
                 continue

@@ -359,5 +359,18 @@ class PlanExecutor:
             return self._fail(t, i, _err(EXECUTION, a.index, f"{action.name}: timed out after {a.emitted} steps with {count} of {args['count']} agents at {what}", "timeout"))
         return self._emit(t, i, compaction_step(world, i, action) if action.name == "rendezvous" else STAY)
 
+    def peek(self, state) -> List[Tuple[str, Optional[PlanError]]]:
+        """Per agent ``(status, error)`` that :meth:`act` would leave on ``state``, without
+        changing anything: ``done`` or ``failed`` means the plan has nothing left to emit
+        there (it succeeded or failed), so a new plan can take over on this very step."""
+        saved_agents, saved_history = self.agents, self.keep_history
+        self.agents = [dataclasses.replace(a) for a in saved_agents]
+        self.keep_history = False
+        try:
+            self.act(state)
+            return [(a.status, a.error) for a in self.agents]
+        finally:
+            self.agents, self.keep_history = saved_agents, saved_history
+
     def records_at(self, t: int) -> List[HistoryRecord]:
         return [r for r in self.history if r.t == t]
