@@ -354,8 +354,12 @@ class Episode:
             error = self.check_decision(agent, purpose, view, decision)
         if error is not None:
             logger.info("%s: invalid decision at t=%d (%s); falling back to idle(1)", slot.name, self.t, error)
-            slot.feedback.append(f"Your last decision was refused ({error}); you idle for one step.")
-            decision = Decision(plan=idle_plan(1, spec="fallback: idle"), fallback=True, note=str(error))
+            if purpose == Purpose.MESSAGE:
+                slot.feedback.append(f"Your last message turn was refused ({error}); nothing was sent.")
+                decision = Decision(fallback=True, note=str(error))
+            else:
+                slot.feedback.append(f"Your last decision was refused ({error}); you idle for one step.")
+                decision = Decision(plan=idle_plan(1, spec="fallback: idle"), fallback=True, note=str(error))
         if self._server_failures >= self.limits.max_server_failures:
             raise EpisodeEnded(f"model server failing ({self._server_failures} decisions in a row): {server_error}")
         return decision
@@ -365,7 +369,7 @@ class Episode:
         if purpose == Purpose.MESSAGE:
             if decision.plan is not None or decision.resume:
                 return PlanError(PLAN_CHECK, "a message turn carries messages only, no plan", argument="plan")
-            if not decision.messages:
+            if not decision.messages and not decision.fallback:
                 return PlanError(PLAN_CHECK, "a message turn needs at least one message", argument="messages")
         elif purpose == Purpose.INTERRUPT and decision.resume:
             if decision.plan is not None:

@@ -1,0 +1,322 @@
+"""``cube-jax llm``: language agents (and mixed teams) play episodes and leave traces.
+
+::
+
+    cube-jax llm --scenario hard --topology centralized --model qwen2.5-7b-instruct \\
+                 --base-url http://127.0.0.1:8000/v1 --episodes 8 --seed 0 --concurrency 8 --out runs/llm
+    cube-jax llm --n 3 --team llm,heuristic,llm --model NAME --base-url URL --out DIR
+    cube-jax llm --n 3 --team llm:modelA,llm:modelB,policy:runs/ippo-... --base-url URL --out DIR
+    cube-jax llm --replay runs/llm --out runs/llm-again        # no server: the recorded replies
+
+The model server is any OpenAI-compatible Chat Completions endpoint (vLLM, Ollama,
+llama.cpp's server, a hosted API): ``--base-url`` (or ``OPENAI_BASE_URL``), ``--model``, and
+the key from ``--api-key`` or ``OPENAI_API_KEY`` (never written anywhere). ``--team`` gives
+one member per agent (default ``llm`` for all; ``llm:<model>`` picks that agent's model;
+``heuristic``, ``team``, ``random``, ``policy:<checkpoint>`` join as they are).
+
+``--out DIR`` receives one trace per episode (``episode-<seed>.jsonl``, LLM.md section 5),
+``metrics.json`` (every metric of LLM.md section 6, with intervals), a timeline picture per
+episode (``episode-<seed>.png``), ``run.json`` (this run's settings) and, with ``--record``,
+every model exchange under ``exchanges/`` so that ``--replay DIR`` can re-run the episodes
+offline with identical traces (wall times aside). Episodes run ``--concurrency`` at a time.
+A bad reply, a server that is down or an unreachable URL never stops the run: each is
+recorded in the traces and the metrics, and the command exits 0.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+from cube_jax.cli.eval import _check_world, _int, _positive_int, _world_kwargs
+
+log = logging.getLogger(__name__)
+
+RUN_FILE = "run.json"
+EXCHANGES_DIR = "exchanges"
+# Settings a replay takes from the recorded run.
+REPLAYED = ("n", "scenario", "team", "topology", "budget", "episodes", "seed", "max_steps", "max_calls", "max_wall",
+            "max_repairs", "model")
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}") from None
+    if not value > 0 or value != value or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text!r}")
+    return value
+
+
+def _non_negative_int(text: str) -> int:
+    value = _int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
+    return value
+
+
+def add_parser(commands) -> argparse.ArgumentParser:
+    from cube_jax.evaluation.topologies import TOPOLOGIES
+
+    p = commands.add_parser(
+        "llm",
+        help="language agents (or mixed teams) play episodes against an OpenAI-compatible server",
+        description="Play episodes with language agents under a communication topology; writes traces, "
+                    "metrics.json and timelines into --out.",
+    )
+    world = p.add_mutually_exclusive_group()
+    world.add_argument("--n", type=_positive_int, help="the n-curriculum level (n agents)")
+    world.add_argument("--scenario", help="a named scenario (easy, hard) or a scenario .yaml file")
+    p.add_argument("--team", default=None, help="one member per agent: llm[:model], heuristic, team, random, "
+                                                "policy:<checkpoint> (default: llm for every agent)")
+    p.add_argument("--topology", choices=sorted(TOPOLOGIES), default="individual", help="who may talk to whom")
+    p.add_argument("--budget", type=_non_negative_int, default=None,
+                   help="decentralized: messages per decision (default: the team size)")
+    p.add_argument("--model", default=None, help="model name for llm members without their own (llm:<model>)")
+    p.add_argument("--base-url", default=None, help="the server's OpenAI-compatible base URL (or OPENAI_BASE_URL)")
+    p.add_argument("--api-key", default=None, help="API key (or OPENAI_API_KEY); never written anywhere")
+    p.add_argument("--temperature", type=float, default=0.2, help="sampling temperature (default 0.2)")
+    p.add_argument("--max-tokens", type=_positive_int, default=512, help="completion token limit per call")
+    p.add_argument("--timeout", type=_positive_float, default=60.0, help="seconds per HTTP request (default 60)")
+    p.add_argument("--retries", type=_non_negative_int, default=3, help="retries of a failed request (default 3)")
+    p.add_argument("--max-repairs", type=_non_negative_int, default=2,
+                   help="corrective re-prompts after an invalid reply (default 2)")
+    p.add_argument("--episodes", type=_positive_int, default=8, help="number of episodes (default 8)")
+    p.add_argument("--seed", type=_int, default=0, help="episode i starts from PRNGKey(seed + i) (default 0)")
+    p.add_argument("--concurrency", type=_positive_int, default=1, help="episodes played at once (default 1)")
+    p.add_argument("--max-steps", type=_positive_int, default=None, help="episode step limit (default: the world's)")
+    p.add_argument("--max-calls", type=_positive_int, default=None, help="model calls per episode")
+    p.add_argument("--max-wall", type=_positive_float, default=None, help="wall-clock seconds per episode")
+    p.add_argument("--prompts", type=Path, default=None, help="a folder of prompt templates overriding the defaults")
+    p.add_argument("--write-prompts", type=Path, default=None,
+                   help="copy the default prompt templates into this folder (to edit) and exit")
+    p.add_argument("--record", action="store_true", help="keep every model exchange under OUT/exchanges/")
+    p.add_argument("--replay", type=Path, default=None,
+                   help="re-run the episodes recorded in this run folder with no server")
+    p.add_argument("--out", type=Path, default=None, help="the run folder (created)")
+    p.add_argument("--no-timelines", action="store_true", help="skip the timeline pictures")
+    p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    p.set_defaults(run=run)
+    return p
+
+
+# --- settings ------------------------------------------------------------------------------------
+
+
+def _check_out(parser, out: Path) -> None:
+    if out.exists() and not out.is_dir():
+        parser.error(f"argument --out: {str(out)!r} exists and is not a folder")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        probe = out / ".write-test"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as err:
+        parser.error(f"argument --out: cannot write into {str(out)!r}: {err.strerror}")
+
+
+def _apply_replay(parser, args) -> Dict[str, Any]:
+    """Reads the recorded run's settings into ``args``; returns them."""
+    run_file = args.replay / RUN_FILE
+    if not run_file.is_file():
+        parser.error(f"argument --replay: no {RUN_FILE} in {str(args.replay)!r}; record a run with --record first")
+    try:
+        recorded = json.loads(run_file.read_text())
+    except (OSError, ValueError) as err:
+        parser.error(f"argument --replay: {run_file} is not readable JSON ({err})")
+    if not recorded.get("record"):
+        parser.error(f"argument --replay: {str(args.replay)!r} was not recorded (run it with --record)")
+    if args.out is not None and args.out.resolve() == args.replay.resolve():
+        parser.error("argument --out: write the replay into another folder than the recording")
+    for key in REPLAYED:
+        setattr(args, key, recorded.get(key))
+    return recorded
+
+
+def _settings(args) -> Dict[str, Any]:
+    """This run's settings for run.json (no API key)."""
+    out = {key: getattr(args, key) for key in REPLAYED}
+    out.update({
+        "base_url": args.base_url, "temperature": args.temperature, "max_tokens": args.max_tokens,
+        "timeout": args.timeout, "retries": args.retries, "concurrency": args.concurrency, "record": args.record,
+        "replay": None if args.replay is None else str(args.replay),
+        "prompts": None if args.prompts is None else str(args.prompts),
+    })
+    return out
+
+
+# --- building episodes ---------------------------------------------------------------------------
+
+
+class Clients:
+    """One model client per model name, shared by every episode (one connection pool each)."""
+
+    def __init__(self, args):
+        self.args = args
+        self._clients: Dict[str, Any] = {}
+
+    def get(self, model: str):
+        if model not in self._clients:
+            from cube_jax.llm.client import ModelClient
+
+            a = self.args
+            self._clients[model] = ModelClient(base_url=a.base_url, model=model, api_key=a.api_key,
+                                               temperature=a.temperature, max_tokens=a.max_tokens, timeout=a.timeout,
+                                               max_retries=a.retries)
+        return self._clients[model]
+
+
+def _episode(env, kwargs, members, seed: int, args, clients: Clients, prompts):
+    from cube_jax.evaluation import Episode, Limits
+    from cube_jax.llm.agent import LLMAgent
+    from cube_jax.llm.recording import RecordingClient, ReplayClient
+    from cube_jax.teams import team_agents
+
+    exchanges = args.out / EXCHANGES_DIR / f"episode-{seed:06d}.jsonl"
+    replayed = None if args.replay is None else args.replay / EXCHANGES_DIR / f"episode-{seed:06d}.jsonl"
+
+    def llm_factory(env, member, ids):
+        agents = []
+        for i in ids:
+            name = f"agent_{i}"
+            if replayed is not None:
+                client = ReplayClient(replayed, agent=name)
+            else:
+                client = clients.get(member.arg or args.model)
+                if args.record:
+                    client = RecordingClient(client, exchanges, agent=name)
+            agents.append(LLMAgent(client, prompts=prompts, max_repairs=args.max_repairs))
+        return agents
+
+    agents = team_agents(env, members, factories={"llm": llm_factory})
+    limits = Limits(max_steps=args.max_steps, max_calls=args.max_calls, max_wall_s=args.max_wall)
+    from cube_jax.evaluation.topologies import make_topology
+
+    topology = make_topology(args.topology, env.num_agents, args.budget)
+    return Episode(env, agents, seed=seed, topology=topology, limits=limits,
+                   trace=args.out / f"episode-{seed:06d}.jsonl", env_kwargs=kwargs)
+
+
+def _table(results) -> str:
+    head = f"{'seed':>6} {'steps':>5} {'blocks':>7} {'weight':>7} {'ok':>3} {'calls':>5} {'tokens':>8}  reason"
+    lines = [head, "-" * len(head)]
+    for r in results:
+        tokens = r.prompt_tokens + r.completion_tokens
+        lines.append(f"{r.seed:>6} {r.steps:>5} {r.blocks_delivered:>3}/{r.blocks_total:<3} "
+                     f"{r.weight_delivered:>3}/{r.weight_total:<3} {'yes' if r.success else 'no':>3} "
+                     f"{r.model_calls:>5} {tokens:>8}  {r.reason if r.error is None else r.error}")
+    done = len(results)
+    succ = sum(r.success for r in results)
+    calls = sum(r.model_calls for r in results)
+    tokens = sum(r.prompt_tokens + r.completion_tokens for r in results)
+    lines.append("-" * len(head))
+    lines.append(f"{done} episodes: success {succ}/{done}, blocks {sum(r.blocks_delivered for r in results)}/"
+                 f"{sum(r.blocks_total for r in results)}, model calls {calls}, tokens {tokens}")
+    return "\n".join(lines)
+
+
+def run(parser: argparse.ArgumentParser, args) -> int:
+    if args.write_prompts is not None:
+        from cube_jax.llm.prompts import write_default_templates
+
+        try:
+            written = write_default_templates(args.write_prompts)
+        except (ValueError, OSError) as err:
+            parser.error(f"argument --write-prompts: {err}")
+        print("wrote " + ", ".join(str(p) for p in written))
+        return 0
+    if args.out is None:
+        parser.error("argument --out: a run folder is required")
+    recorded = _apply_replay(parser, args) if args.replay is not None else None
+    if args.record and args.replay is not None:
+        parser.error("argument --record: a replay records nothing new")
+    _check_world(parser, args)
+    world = _world_kwargs(args)
+    if not world:
+        parser.error("argument --n/--scenario: give the world: --n N or --scenario NAME")
+    if args.seed < 0 or args.seed + args.episodes - 1 > 2**32 - 1:
+        parser.error(f"argument --seed: episode seeds must lie in 0..{2**32 - 1}")
+    if args.budget is not None and args.topology != "decentralized":
+        parser.error("argument --budget: only the decentralized topology has a message budget")
+    _check_out(parser, args.out)
+
+    import cube_jax
+    from cube_jax.teams import BUILTIN_KINDS, TeamSpecError, parse_team
+
+    kwargs = dict(world)
+    if args.max_steps is not None:
+        kwargs["max_steps"] = args.max_steps
+    env = cube_jax.make(**kwargs)
+    try:
+        members = parse_team(args.team or "llm", env.num_agents, kinds=BUILTIN_KINDS + ("llm",))
+    except TeamSpecError as err:
+        parser.error(f"argument --team: {err}")
+    uses_llm = any(m.kind == "llm" for m in members)
+    if uses_llm and args.replay is None:
+        if any(m.kind == "llm" and not m.arg for m in members) and not args.model:
+            parser.error("argument --model: name the model (or give every llm member its own: llm:<model>)")
+        args.base_url = args.base_url or os.environ.get("OPENAI_BASE_URL")
+        if not args.base_url:
+            parser.error("argument --base-url: give the server's base URL (or set OPENAI_BASE_URL)")
+    prompts = None
+    if uses_llm:
+        from cube_jax.llm.prompts import PromptBook
+
+        try:
+            prompts = PromptBook(args.prompts, step_cost=env.cfg.step_cost)
+        except ValueError as err:
+            parser.error(f"argument --prompts: {err}")
+    settings = _settings(args)
+    (args.out / RUN_FILE).write_text(json.dumps(settings, indent=2))
+    results = asyncio.run(_play(env, kwargs, members, args, prompts))
+    print(_table(results))
+    _write_outputs(args, results)
+    print(f"outputs in {args.out}")
+    return 0
+
+
+async def _play(env, kwargs, members, args, prompts):
+    from tqdm import tqdm
+
+    from cube_jax.evaluation import run_episodes
+
+    clients = Clients(args)
+    seeds = [args.seed + i for i in range(args.episodes)]
+    episodes = [_episode(env, kwargs, members, s, args, clients, prompts) for s in seeds]
+    bar = tqdm(total=len(episodes), unit="episode", desc="llm", disable=args.no_progress, file=sys.stderr)
+    totals = {"steps": 0, "calls": 0, "tokens": 0}
+
+    def done(result):
+        totals["steps"] += result.steps
+        totals["calls"] += result.model_calls
+        totals["tokens"] += result.prompt_tokens + result.completion_tokens
+        bar.update(1)
+        bar.set_postfix(steps=totals["steps"], calls=totals["calls"], tokens=totals["tokens"])
+
+    try:
+        return await run_episodes(episodes, concurrency=args.concurrency, on_done=done)
+    finally:
+        bar.close()
+
+
+def _write_outputs(args, results) -> None:
+    """metrics.json and the timelines, from the traces alone."""
+    from cube_jax.analytics.report import write_metrics_json
+    from cube_jax.analytics.timeline import render_timeline_file
+
+    traces = [Path(r.trace) for r in results if r.trace is not None]
+    write_metrics_json(traces, args.out / "metrics.json")
+    print(f"wrote {args.out / 'metrics.json'}")
+    if not args.no_timelines:
+        for path in traces:
+            try:
+                render_timeline_file(path, path.with_suffix(".png"))
+            except Exception as err:  # noqa: BLE001 - a picture must not cost the run its other outputs
+                log.warning("timeline of %s not drawn: %s", path, err)

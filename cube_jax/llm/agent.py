@@ -1,0 +1,94 @@
+"""The language-model agent: an :class:`~cube_jax.agents.Agent` that asks a model.
+
+At each decision point it renders the prompt (:class:`~cube_jax.llm.prompts.PromptBook`),
+asks the model for the decision's purpose with :func:`~cube_jax.llm.ask.ask` (JSON schema,
+tolerant extraction, syntactic and semantic checks against the state and the topology,
+corrective re-prompts quoting the error, at most ``max_repairs``), and turns the checked
+reply into a :class:`~cube_jax.agents.Decision`. When it cannot get a valid reply, or the
+server fails after its retries, it falls back to ``idle(1)`` (a message turn sends nothing)
+and the decision says so; the episode loop records every model call in the trace and ends an
+episode whose server keeps failing.
+
+Any :class:`~cube_jax.llm.client.ChatModel` works: the real :class:`ModelClient`, a
+:class:`RecordingClient` around it, or a :class:`ReplayClient` that serves a recording with
+no server. One client per agent lets every agent use its own model.
+"""
+from __future__ import annotations
+
+import collections
+import logging
+from typing import Any, Deque, Dict, Optional
+
+import numpy as np
+
+from cube_jax.agents.base import Agent, Decision, DecisionContext, ModelCall, OutgoingMessage, Plan, Purpose, idle_plan
+from cube_jax.llm.ask import ask
+from cube_jax.llm.client import ChatModel
+from cube_jax.llm.prompts import PromptBook
+from cube_jax.llm.replies import InterruptReply, MessageReply, PlanReply, ReplyContext
+
+log = logging.getLogger(__name__)
+
+FALLBACK_SPEC = "fallback: idle"
+
+
+class LLMAgent(Agent):
+    """One agent driven by a chat model behind ``client``."""
+
+    kind = "llm"
+
+    def __init__(self, client: ChatModel, prompts: Optional[PromptBook] = None, max_repairs: int = 2):
+        if max_repairs < 0:
+            raise ValueError(f"LLMAgent: max_repairs must be >= 0, got {max_repairs!r}")
+        self.client = client
+        self.model = client.model
+        self.prompts = prompts or PromptBook()
+        self.max_repairs = max_repairs
+        self.decisions: Deque[Dict[str, Any]] = collections.deque(maxlen=8)
+        self.last_prompt = None  # the messages of the latest request (for inspection and docs)
+
+    def reset(self, agent: int, num_agents: int, seed: int) -> None:
+        self.decisions.clear()
+
+    def reply_context(self, ctx: DecisionContext) -> ReplyContext:
+        return ReplyContext(
+            num_agents=ctx.num_agents,
+            block_alive=tuple(bool(a) for a in np.asarray(ctx.state.block_alive)),
+            agent=ctx.agent,
+            allowed_recipients=frozenset(ctx.topology.allowed_recipients) if ctx.topology.may_send else frozenset(),
+            message_budget=ctx.topology.message_budget if ctx.topology.may_send else 0,
+            max_action_steps=max(ctx.max_steps, 1),
+        )
+
+    async def decide(self, ctx: DecisionContext) -> Decision:
+        messages = self.prompts.render(ctx, list(self.decisions))
+        self.last_prompt = messages
+        outcome = await ask(self.client, messages, ctx.purpose.value, self.reply_context(ctx),
+                            max_repairs=self.max_repairs)
+        calls = tuple(ModelCall(**c.to_dict()) for c in outcome.calls)
+        if outcome.fallback:
+            server_error = outcome.error if outcome.model_failed else None
+            if ctx.purpose == Purpose.MESSAGE:
+                decision = Decision(calls=calls, fallback=True, note=outcome.error, server_error=server_error)
+            else:
+                decision = Decision(plan=idle_plan(1, FALLBACK_SPEC), calls=calls, fallback=True, note=outcome.error,
+                                    server_error=server_error)
+            self._remember(ctx, f"fell back ({outcome.error})")
+            return decision
+        reply = outcome.reply
+        sent = tuple(OutgoingMessage(tuple(m.recipients), m.content) for m in reply.messages)
+        if isinstance(reply, MessageReply):
+            self._remember(ctx, f"sent {len(sent)} message(s)")
+            return Decision(messages=sent, calls=calls)
+        if isinstance(reply, InterruptReply) and reply.decision == "resume":
+            self._remember(ctx, "resumed its plan")
+            return Decision(resume=True, messages=sent, calls=calls)
+        plan = Plan(reply.spec, tuple(reply.plan))
+        self._remember(ctx, f"committed {plan}")
+        return Decision(plan=plan, messages=sent, calls=calls)
+
+    def _remember(self, ctx: DecisionContext, text: str) -> None:
+        self.decisions.append({"t": ctx.t, "text": text})
+
+
+__all__ = ["FALLBACK_SPEC", "LLMAgent"]
