@@ -286,6 +286,10 @@ def test_reply_schema_fields():
     assert plan["required"] == ["spec", "plan"]
     assert interrupt["required"] == ["decision"] and interrupt["properties"]["decision"]["enum"] == ["resume", "replan"]
     assert message["required"] == ["messages"] and message["properties"]["messages"]["minItems"] == 1
+    action = plan["properties"]["plan"]["anyOf"][0]["items"]
+    assert action["properties"]["action"]["enum"] == [
+        "idle", "move", "move_to_block", "rendezvous", "push_block", "yield_block", "wait_agents",
+    ]
     recipient = plan["properties"]["messages"]["items"]["properties"]["to"]
     assert recipient["items"] == {"anyOf": [{"type": "string"}, {"type": "integer"}]}
     jsonschema.validate({"spec": "s", "plan": [{"action": "push_block", "args": [1, 5]}]}, plan)

@@ -59,7 +59,7 @@ from typing import Annotated, Any, Dict, FrozenSet, Iterator, List, Literal, Nam
 
 import pydantic
 
-from cube_jax.symbolic.actions import PLAN_CHECK, PlanError, PlanItem, SymbolicAction, check_plan, parse_action
+from cube_jax.symbolic.actions import ACTION_SPECS, PLAN_CHECK, PlanError, SymbolicAction, check_plan, parse_action
 from cube_jax.symbolic.actions import parse_plan, parse_plan_json
 
 PURPOSES = ("plan", "interrupt", "message")
@@ -76,14 +76,12 @@ EXCERPT = 80
 
 # --- the reply formats (what prompts describe and response_format enforces) ---------------------
 
+_SIGNATURES = ", ".join(f"{name}({', '.join(a.name for a in spec.args)})" for name, spec in ACTION_SPECS.items())
 _ACTION_SCHEMA = {
     "type": "object",
-    "description": 'One action: {"action": name, "args": {argument: value}} or args as a list in argument order.',
+    "description": f'One action: {{"action": name, "args": {{argument: value}}}} or args as a list in argument order: {_SIGNATURES}.',
     "properties": {
-        "action": {
-            "type": "string",
-            "description": "move, move_to_block, rendezvous, push_block, yield_block, idle or wait_agents",
-        },
+        "action": {"type": "string", "enum": list(ACTION_SPECS)},
         "args": {"anyOf": [{"type": "object"}, {"type": "array", "items": {"anyOf": [{"type": "integer"}, {"type": "string"}]}}]},
     },
     "required": ["action", "args"],
