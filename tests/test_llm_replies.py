@@ -322,30 +322,34 @@ json_values = st.recursive(
     lambda children: st.lists(children, max_size=4) | st.dictionaries(st.sampled_from(KEYS) | st.text(max_size=5), children, max_size=5),
     max_leaves=20,
 )
-wrappers = st.sampled_from(["{}", "```json\n{}\n```", "Sure, here: {} hope it helps", "<think>{{</think>{}", "{},"])
+wrappers = st.sampled_from(["{}", "```json\n{}\n```", "Sure, here: {} hope it helps", "<think>{</think>{}", "{},"])
+
+
+def wrap(wrapper: str, body: str) -> str:
+    """``wrapper`` with its last "{}" replaced by ``body``."""
+    head, _, tail = wrapper.rpartition("{}")
+    return head + body + tail
+
+
+def assert_plan_error_or_reply(text: str, purpose: str) -> None:
+    try:
+        reply = parse_reply(text, purpose, CONTEXT)
+    except PlanError as err:
+        assert err.kind == "plan_check" and len(err.message) <= 400
+    else:
+        assert isinstance(reply, (PlanReply, InterruptReply, MessageReply))
 
 
 @settings(max_examples=300, deadline=None)
 @given(text=st.text(max_size=300), purpose=st.sampled_from(["plan", "interrupt", "message"]))
 def test_junk_text_is_a_plan_error_or_a_reply(text, purpose):
-    try:
-        reply = parse_reply(text, purpose, CONTEXT)
-    except PlanError as err:
-        assert err.kind == "plan_check" and len(err.message) <= 400
-    else:
-        assert isinstance(reply, (PlanReply, InterruptReply, MessageReply))
+    assert_plan_error_or_reply(text, purpose)
 
 
 @settings(max_examples=300, deadline=None)
 @given(value=json_values, wrapper=wrappers, purpose=st.sampled_from(["plan", "interrupt", "message"]))
 def test_junk_json_is_a_plan_error_or_a_reply(value, wrapper, purpose):
-    text = wrapper.replace("{}", json.dumps(value), 1) if not wrapper.startswith("<") else wrapper.format(json.dumps(value))
-    try:
-        reply = parse_reply(text, purpose, CONTEXT)
-    except PlanError as err:
-        assert err.kind == "plan_check" and len(err.message) <= 400
-    else:
-        assert isinstance(reply, (PlanReply, InterruptReply, MessageReply))
+    assert_plan_error_or_reply(wrap(wrapper, json.dumps(value)), purpose)
 
 
 def action_strategy(num_agents=3, alive_blocks=(0, 1)):
@@ -375,7 +379,5 @@ def test_valid_plans_survive_every_form_and_wrapping(plan, form, wrapper):
         "json": [a.to_json() for a in plan],
         "text-list": [str(a) for a in plan],
     }[form]
-    body = json.dumps({"spec": "push_block(block#0)", "plan": written})
-    text = wrapper.replace("{}", body, 1) if not wrapper.startswith("<") else wrapper.format(body)
-    reply = parse_reply(text, "plan", CONTEXT)
+    reply = parse_reply(wrap(wrapper, json.dumps({"spec": "push_block(block#0)", "plan": written})), "plan", CONTEXT)
     assert reply.plan == tuple(plan) and reply.spec == "push_block(block#0)"
