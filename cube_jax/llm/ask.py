@@ -1,0 +1,132 @@
+"""Ask a model, check its reply, and let it repair a bad one (LLM.md section 4).
+
+:func:`ask` sends the conversation with the purpose's JSON schema, reads the reply with
+:func:`cube_jax.llm.replies.parse_reply`, and on a :class:`~cube_jax.symbolic.PlanError`
+appends the model's reply and a corrective user message
+(:func:`~cube_jax.llm.replies.error_feedback`) and asks again, at most ``max_repairs``
+times. Then it gives up: the :class:`Outcome` has ``fallback=True`` and the caller falls
+back to ``idle(1)``. A server that still fails after its retries (:class:`ModelError`)
+ends the loop at once the same way. Nothing about a reply or a server makes :func:`ask`
+raise; an exception out of it is a bug (or, with a replay client, a reproduction that
+diverged).
+
+Every model call gives a :class:`CallRecord`, which holds exactly the fields of a trace
+``llm`` record besides ``agent``, ``purpose``, ``t`` and ``wall``::
+
+    trace.write("llm", t, agent="agent_0", purpose="plan", **record.to_dict())
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple
+
+from cube_jax.llm.client import ChatModel, Completion, ModelError
+from cube_jax.llm.replies import Reply, ReplyContext, error_feedback, parse_reply, reply_schema
+from cube_jax.symbolic.actions import PlanError
+
+log = logging.getLogger(__name__)
+
+# How much of a bad reply is echoed back to the model in a repair turn.
+ECHO_CHARS = 4000
+
+
+@dataclasses.dataclass(frozen=True)
+class CallRecord:
+    """One model call, as a trace ``llm`` record needs it.
+
+    ``model``: the model asked; ``attempts``: HTTP requests it took (retries included);
+    ``latency_s``: its wall time; token counts (0 when unknown or on failure); ``valid``:
+    the reply passed every check; ``fallback``: the loop gave up after this call;
+    ``error``: the problem with this call, None when valid.
+    """
+
+    model: str
+    attempts: int
+    latency_s: float
+    prompt_tokens: int
+    completion_tokens: int
+    valid: bool
+    fallback: bool
+    error: Optional[str]
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass(frozen=True)
+class Outcome:
+    """What :func:`ask` got.
+
+    ``reply``: the checked reply, None on fallback. ``fallback``: True when it gave up (use
+    ``idle(1)``). ``error``: the last problem's text (None when the last call was valid).
+    ``calls``: one :class:`CallRecord` per model call, in order. ``transcript``: the
+    conversation as sent last, plus the last reply (role ``assistant``) when there was one.
+    ``model_failed``: the last call ended in a :class:`ModelError` (the server, not the
+    reply, was at fault: a caller counts these to end an episode whose server keeps failing).
+    """
+
+    reply: Optional[Reply]
+    fallback: bool
+    error: Optional[str]
+    calls: Tuple[CallRecord, ...]
+    transcript: Tuple[Mapping[str, str], ...] = ()
+    model_failed: bool = False
+
+
+async def ask(
+    client: ChatModel,
+    messages: Sequence[Mapping[str, str]],
+    purpose: str,
+    context: ReplyContext,
+    *,
+    max_repairs: int = 2,
+) -> Outcome:
+    """Asks ``client`` for a ``purpose`` reply (``plan``, ``interrupt``, ``message``) to
+    ``messages`` and checks it against ``context``; see the module docstring."""
+    if max_repairs < 0:
+        raise ValueError(f"max_repairs must be >= 0, got {max_repairs}")
+    schema = reply_schema(purpose)
+    conversation: List[Dict[str, str]] = [dict(m) for m in messages]
+    calls: List[CallRecord] = []
+    problem = None
+    for repair in range(max_repairs + 1):
+        try:
+            completion = await client.complete(conversation, schema=schema, schema_name=f"{purpose}_reply")
+        except ModelError as err:
+            problem = f"{err.kind}: {err.message}"
+            calls.append(CallRecord(client.model, err.attempts, err.latency_s, 0, 0, False, True, problem))
+            log.warning("%s call failed; falling back: %s", purpose, problem)
+            return Outcome(None, True, problem, tuple(calls), tuple(conversation), model_failed=True)
+        try:
+            reply = parse_reply(completion.text, purpose, context)
+        except PlanError as err:
+            problem = _problem(err, completion)
+            giving_up = repair == max_repairs
+            calls.append(_record(client.model, completion, valid=False, fallback=giving_up, error=problem))
+            conversation.append({"role": "assistant", "content": completion.text[:ECHO_CHARS]})
+            if not giving_up:
+                conversation.append({"role": "user", "content": error_feedback(err, purpose) + _cut_off_hint(completion)})
+            continue
+        calls.append(_record(client.model, completion, valid=True, fallback=False, error=None))
+        conversation.append({"role": "assistant", "content": completion.text})
+        return Outcome(reply, False, None, tuple(calls), tuple(conversation))
+    log.warning("%s reply still invalid after %d repair(s); falling back: %s", purpose, max_repairs, problem)
+    return Outcome(None, True, problem, tuple(calls), tuple(conversation))
+
+
+def _record(model: str, completion: Completion, *, valid: bool, fallback: bool, error: Optional[str]) -> CallRecord:
+    return CallRecord(
+        model, completion.attempts, completion.latency_s, completion.prompt_tokens, completion.completion_tokens,
+        valid, fallback, error,
+    )
+
+
+def _problem(err: PlanError, completion: Completion) -> str:
+    return str(err) + (" (the reply was cut off by the token limit)" if completion.finish_reason == "length" else "")
+
+
+def _cut_off_hint(completion: Completion) -> str:
+    if completion.finish_reason == "length":
+        return "\nYour reply was cut off by the token limit: keep the reasoning short."
+    return ""

@@ -1,0 +1,592 @@
+"""What a language agent replies, and how a reply is read and checked.
+
+A reply is one JSON object. Its format depends on the *purpose* of the call
+(LLM.md section 4):
+
+* ``plan`` (:class:`PlanReplyFormat`): ``{"reasoning": ..., "spec": "push_block(block#2)",
+  "plan": ..., "messages": [...]}``;
+* ``interrupt`` (:class:`InterruptReplyFormat`): ``{"reasoning": ..., "decision": "resume" |
+  "replan", "spec": ..., "plan": ..., "messages": [...]}``, ``spec`` and ``plan`` only
+  with ``replan`` (ignored with ``resume``);
+* ``message`` (:class:`MessageReplyFormat`): ``{"reasoning": ..., "messages": [...]}`` with at
+  least one message (a leader's directive, a debate proposal).
+
+``plan`` is either a list of JSON actions ``{"action": "push_block", "args": {"block": 2,
+"steps": 5}}`` (``args`` may be a list in argument order) or one text plan
+``"move_to_block(2, left); rendezvous(2, left, 2, 10); push_block(2, 5)"``; the action
+vocabulary and its checks are :mod:`cube_jax.symbolic.actions`. A message is ``{"to":
+[recipients], "content": text}``; a recipient is written ``"agent_2"``, ``2`` or ``"all"``
+(every agent the topology lets this agent message). :func:`reply_schema` gives each
+format's JSON schema, for ``response_format`` and for prompts.
+
+Reading a reply (:func:`parse_reply`) is tolerant of form and strict on content:
+
+1. :func:`extract_json` finds the object: the whole text, else a fenced block (```json or
+   bare ```), else an object embedded in prose (trying up to 64 ``{`` positions, preferring
+   one with the format's keys). ``<think>...</think>`` sections are skipped; trailing commas
+   before ``}``/``]`` are forgiven. Replies over 64 kB, or nesting brackets deeper than 32,
+   are refused without being parsed.
+2. The object is checked against the format (field by field), then the plan is parsed and
+   checked against the world in a :class:`ReplyContext` (unknown or delivered blocks, a
+   ``count`` above the team size, too many actions, too long a wait), then the messages
+   (recipients the topology allows, the message budget, non-empty content).
+
+Every problem raises :class:`cube_jax.symbolic.PlanError` of kind ``plan_check``, with
+``action_index`` and ``argument`` where they apply; :func:`error_feedback` turns one into
+the text of a corrective re-prompt.
+
+>>> context = ReplyContext(num_agents=3, block_alive=(True, False, True), agent=0,
+...                        allowed_recipients=frozenset({1, 2}), message_budget=3)
+>>> reply = parse_reply('Sure! ```json\\n{"spec": "push_block(block#2)", '
+...     '"plan": "move_to_block(2, left); push_block(2, 5)", '
+...     '"messages": [{"to": ["agent_1"], "content": "left face of block 2"}]}\\n```',
+...     "plan", context)
+>>> [str(a) for a in reply.plan], reply.messages
+(['move_to_block(2, left)', 'push_block(2, 5)'], (OutgoingMessage(recipients=(1,), content='left face of block 2'),))
+>>> parse_reply('{"spec": "s", "plan": [{"action": "push_block", "args": [1, 5]}]}', "plan", context)
+Traceback (most recent call last):
+...
+cube_jax.symbolic.actions.PlanError: plan_check: action 0 argument 'block': push_block: block 1 is already delivered
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+import json
+import re
+from typing import Annotated, Any, Dict, FrozenSet, Iterator, List, Literal, NamedTuple, Optional, Sequence, Tuple, Union
+
+import pydantic
+
+from cube_jax.symbolic.actions import ACTION_SPECS, PLAN_CHECK, PlanError, SymbolicAction, check_plan, parse_action
+from cube_jax.symbolic.actions import parse_plan, parse_plan_json
+
+PURPOSES = ("plan", "interrupt", "message")
+MAX_REPLY_CHARS = 65536
+MAX_NESTING = 32
+# How many "{" positions of a prose reply are tried as the start of the object.
+MAX_OBJECT_STARTS = 64
+SPEC_MAX_CHARS = 200
+# The longest error message passed on (the symbolic parsers quote bad input whole).
+MAX_ERROR_CHARS = 300
+# What an error message quotes of the reply, at most.
+EXCERPT = 80
+
+
+# --- the reply formats (what prompts describe and response_format enforces) ---------------------
+
+_SIGNATURES = ", ".join(f"{name}({', '.join(a.name for a in spec.args)})" for name, spec in ACTION_SPECS.items())
+_ACTION_SCHEMA = {
+    "type": "object",
+    "description": f'One action: {{"action": name, "args": {{argument: value}}}} or args as a list in argument order: {_SIGNATURES}.',
+    "properties": {
+        "action": {"type": "string", "enum": list(ACTION_SPECS)},
+        "args": {"anyOf": [{"type": "object"}, {"type": "array", "items": {"anyOf": [{"type": "integer"}, {"type": "string"}]}}]},
+    },
+    "required": ["action", "args"],
+}
+_PLAN_SCHEMA = {
+    "description": (
+        "The actions, in order: a list of action objects, or one text plan such as "
+        '"move_to_block(2, left); rendezvous(2, left, 2, 10); push_block(2, 5)".'
+    ),
+    "anyOf": [
+        {"type": "array", "minItems": 1, "items": _ACTION_SCHEMA},
+        {"type": "string", "minLength": 1},
+    ],
+}
+_RECIPIENTS_SCHEMA = {
+    "description": 'Who receives it: agent names ("agent_2"), agent ids (2), or "all".',
+    "type": "array",
+    "minItems": 1,
+    "items": {"anyOf": [{"type": "string"}, {"type": "integer"}]},
+}
+
+Reasoning = Annotated[
+    Optional[str],
+    pydantic.Field(description="Optional: your reasoning, briefly, before the decision."),
+]
+Spec = Annotated[
+    str,
+    pydantic.StringConstraints(strip_whitespace=True, min_length=1, max_length=SPEC_MAX_CHARS),
+    pydantic.Field(description='What the plan is for, as a task string such as "push_block(block#2)".'),
+]
+PlanField = Annotated[Any, pydantic.WithJsonSchema(_PLAN_SCHEMA)]
+
+
+class MessageFormat(pydantic.BaseModel):
+    """One message to teammates."""
+
+    model_config = pydantic.ConfigDict(extra="ignore")
+    to: Annotated[Any, pydantic.WithJsonSchema(_RECIPIENTS_SCHEMA)]
+    content: str = pydantic.Field(description="The text of the message.")
+
+
+def _as_message_list(value):
+    # null means no messages; a lone message object is a list of one.
+    return [] if value is None else [value] if isinstance(value, dict) else value
+
+
+Messages = Annotated[
+    List[MessageFormat],
+    pydantic.BeforeValidator(_as_message_list),
+    pydantic.Field(description="Messages to send now (may be empty)."),
+]
+
+
+class PlanReplyFormat(pydantic.BaseModel):
+    """A new plan: what it is for, its actions, and messages to send with it."""
+
+    model_config = pydantic.ConfigDict(extra="ignore")
+    reasoning: Reasoning = None
+    spec: Spec
+    plan: PlanField
+    messages: Messages = pydantic.Field(default_factory=list)
+
+
+class InterruptReplyFormat(pydantic.BaseModel):
+    """The answer to an interruption: keep the current plan ("resume") or replace it
+    ("replan", with spec and plan)."""
+
+    model_config = pydantic.ConfigDict(extra="ignore")
+    reasoning: Reasoning = None
+    decision: Annotated[
+        Literal["resume", "replan"],
+        pydantic.BeforeValidator(lambda v: v.strip().lower() if isinstance(v, str) else v),
+        pydantic.Field(description='"resume" keeps your current plan; "replan" replaces it with spec and plan.'),
+    ]
+    spec: Optional[Spec] = None
+    plan: Optional[PlanField] = None
+    messages: Messages = pydantic.Field(default_factory=list)
+
+
+class MessageReplyFormat(pydantic.BaseModel):
+    """A turn that only sends messages (a leader's directive, a debate proposal)."""
+
+    model_config = pydantic.ConfigDict(extra="ignore")
+    reasoning: Reasoning = None
+    messages: Annotated[
+        List[MessageFormat],
+        pydantic.BeforeValidator(_as_message_list),
+        pydantic.Field(min_length=1, description="The messages to send (at least one)."),
+    ]
+
+
+REPLY_FORMATS = {"plan": PlanReplyFormat, "interrupt": InterruptReplyFormat, "message": MessageReplyFormat}
+
+_EXAMPLES = {
+    "plan": (
+        '{"reasoning": "...", "spec": "push_block(block#2)", '
+        '"plan": "move_to_block(2, left); rendezvous(2, left, 2, 10); push_block(2, 5)", '
+        '"messages": [{"to": ["agent_1"], "content": "..."}]}'
+    ),
+    "interrupt": (
+        '{"reasoning": "...", "decision": "resume", "messages": []}  or  '
+        '{"reasoning": "...", "decision": "replan", "spec": "push_block(block#0)", '
+        '"plan": "move_to_block(0, left); push_block(0, 5)", "messages": []}'
+    ),
+    "message": '{"reasoning": "...", "messages": [{"to": ["all"], "content": "..."}]}',
+}
+
+
+def reply_format(purpose: str) -> type:
+    """The pydantic model of the reply for ``purpose`` (``plan``, ``interrupt``, ``message``)."""
+    if purpose not in REPLY_FORMATS:
+        raise ValueError(f"unknown purpose {purpose!r}; expected one of {', '.join(PURPOSES)}")
+    return REPLY_FORMATS[purpose]
+
+
+def reply_schema(purpose: str) -> dict:
+    """The JSON schema of the reply for ``purpose``, self-contained (no ``$ref``), for
+    ``response_format`` and prompts.
+
+    >>> schema = reply_schema("plan")
+    >>> list(schema["properties"]), schema["required"]
+    (['reasoning', 'spec', 'plan', 'messages'], ['spec', 'plan'])
+    """
+    return json.loads(_schema_text(purpose))
+
+
+@functools.lru_cache(maxsize=None)
+def _schema_text(purpose: str) -> str:
+    # Built once per purpose; callers get their own copy to change as they like.
+    schema = reply_format(purpose).model_json_schema()
+    return json.dumps(_inline_refs(schema, schema.pop("$defs", {})))
+
+
+def reply_example(purpose: str) -> str:
+    """A one-line example of the reply for ``purpose``, for prompts and re-prompts."""
+    reply_format(purpose)
+    return _EXAMPLES[purpose]
+
+
+def _inline_refs(node, defs: Dict[str, Any]):
+    # Some servers' grammar compilers do not follow "$ref".
+    if isinstance(node, dict):
+        ref = node.get("$ref")
+        if isinstance(ref, str) and ref.startswith("#/$defs/"):
+            merged = {**defs[ref.split("/")[-1]], **{k: v for k, v in node.items() if k != "$ref"}}
+            return _inline_refs(merged, defs)
+        return {k: _inline_refs(v, defs) for k, v in node.items()}
+    if isinstance(node, list):
+        return [_inline_refs(v, defs) for v in node]
+    return node
+
+
+# --- checked replies (what parse_reply returns) ----------------------------------------------
+
+
+class OutgoingMessage(NamedTuple):
+    """A checked message: ``recipients`` agent ids (sorted, without duplicates), ``content``."""
+
+    recipients: Tuple[int, ...]
+    content: str
+
+
+@dataclasses.dataclass(frozen=True)
+class PlanReply:
+    """A checked ``plan`` reply."""
+
+    spec: str
+    plan: Tuple[SymbolicAction, ...]
+    messages: Tuple[OutgoingMessage, ...] = ()
+    reasoning: Optional[str] = None
+
+
+@dataclasses.dataclass(frozen=True)
+class InterruptReply:
+    """A checked ``interrupt`` reply; ``spec`` and ``plan`` are None with ``resume``."""
+
+    decision: str
+    spec: Optional[str] = None
+    plan: Optional[Tuple[SymbolicAction, ...]] = None
+    messages: Tuple[OutgoingMessage, ...] = ()
+    reasoning: Optional[str] = None
+
+
+@dataclasses.dataclass(frozen=True)
+class MessageReply:
+    """A checked ``message`` reply (at least one message)."""
+
+    messages: Tuple[OutgoingMessage, ...]
+    reasoning: Optional[str] = None
+
+
+Reply = Union[PlanReply, InterruptReply, MessageReply]
+
+
+@dataclasses.dataclass(frozen=True)
+class ReplyContext:
+    """What a reply is checked against: the world and the topology, seen by one agent.
+
+    * ``num_agents``: team size; agents are ``0 .. num_agents-1`` (``agent_i``). A plan's
+      ``count`` may not exceed it.
+    * ``block_alive``: one bool per block, in id order (False = delivered). Plans may only
+      name alive blocks.
+    * ``agent``: the id of the agent replying (it cannot message itself).
+    * ``allowed_recipients``: the agents it may message now (the topology decides); ``"all"``
+      means exactly these. Empty, or ``message_budget`` 0: no messages allowed.
+    * ``message_budget``: how many messages this reply may send.
+    * ``max_plan_actions``: the longest plan accepted.
+    * ``max_action_steps``: the largest ``steps`` or ``timeout`` argument accepted.
+    * ``max_message_chars``: the longest message content accepted.
+    """
+
+    num_agents: int
+    block_alive: Tuple[bool, ...]
+    agent: int
+    allowed_recipients: FrozenSet[int] = frozenset()
+    message_budget: int = 0
+    max_plan_actions: int = 32
+    max_action_steps: int = 1000
+    max_message_chars: int = 2000
+
+    def __post_init__(self):
+        object.__setattr__(self, "block_alive", tuple(bool(a) for a in self.block_alive))
+        object.__setattr__(self, "allowed_recipients", frozenset(int(r) for r in self.allowed_recipients))
+        if self.num_agents < 1:
+            raise ValueError(f"num_agents must be >= 1, got {self.num_agents}")
+        if not 0 <= self.agent < self.num_agents:
+            raise ValueError(f"agent must be in 0..{self.num_agents - 1}, got {self.agent}")
+        bad = sorted(r for r in self.allowed_recipients if not 0 <= r < self.num_agents or r == self.agent)
+        if bad:
+            raise ValueError(f"allowed_recipients must be other agents' ids in 0..{self.num_agents - 1}; got {bad[0]}")
+        for name in ("message_budget", "max_plan_actions", "max_action_steps", "max_message_chars"):
+            minimum = 0 if name == "message_budget" else 1
+            if getattr(self, name) < minimum:
+                raise ValueError(f"{name} must be >= {minimum}, got {getattr(self, name)}")
+
+    @property
+    def may_message(self) -> bool:
+        return self.message_budget > 0 and bool(self.allowed_recipients)
+
+
+# --- finding the JSON object in a reply ------------------------------------------------------
+
+_FENCE = re.compile(r"```[ \t]*(?:json|JSON|json5)?[ \t]*\r?\n?(.*?)```", re.S)
+_THINK = re.compile(r"<think>.*?</think>", re.S | re.I)
+_STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.S)
+_STRING_OR_TRAILING_COMMA = re.compile(r'("(?:[^"\\]|\\.)*")|,(\s*[}\]])', re.S)
+_BRACKET = re.compile(r"[\[\]{}]")
+
+
+def _fail(message: str, index: Optional[int] = None, argument: Optional[str] = None) -> PlanError:
+    return PlanError(PLAN_CHECK, message, index, argument)
+
+
+def _cut(text: str, limit: int = EXCERPT) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _excerpt(text: str) -> str:
+    return repr(_cut(text))
+
+
+def _json_excerpt(value: Any) -> str:
+    return _cut(json.dumps(value, default=str))
+
+
+def _nesting_depth(text: str) -> int:
+    depth = deepest = 0
+    for bracket in _BRACKET.findall(_STRING.sub("", text)):
+        depth = depth + 1 if bracket in "[{" else max(0, depth - 1)
+        deepest = max(deepest, depth)
+    return deepest
+
+
+def _without_trailing_commas(text: str) -> str:
+    return _STRING_OR_TRAILING_COMMA.sub(lambda m: m.group(1) or m.group(2), text)
+
+
+def _decoded(text: str) -> Iterator[Any]:
+    """Every JSON value read from ``text``: the whole of it, each fenced block, then objects
+    starting at its first ``{`` positions."""
+    decoder = json.JSONDecoder()
+    stripped = text.strip()
+    pieces = [stripped] + [m.group(1).strip() for m in _FENCE.finditer(text)]
+    for piece in pieces:
+        try:
+            yield decoder.decode(piece)
+        except (ValueError, RecursionError):  # ValueError covers JSONDecodeError and huge ints
+            pass
+    start = text.find("{")
+    for _ in range(MAX_OBJECT_STARTS):
+        if start < 0:
+            return
+        try:
+            yield decoder.raw_decode(text, start)[0]
+        except (ValueError, RecursionError):
+            pass
+        start = text.find("{", start + 1)
+
+
+def extract_json(text: str, keys: Sequence[str] = ()) -> dict:
+    """The JSON object in a model's reply (see the module docstring for where it looks).
+
+    Among the objects found, the first holding one of ``keys`` wins, else the first one.
+    Raises :class:`PlanError` (``plan_check``) when there is none, and for a reply that is
+    too long or too deeply nested.
+
+    >>> extract_json('Here you go:\\n```json\\n{"spec": "x", "plan": [1, 2,],}\\n```')
+    {'spec': 'x', 'plan': [1, 2]}
+    >>> extract_json('I think {a} then {"decision": "resume"} and {"x": 1}', keys=["decision"])
+    {'decision': 'resume'}
+    """
+    if not isinstance(text, str):
+        raise _fail(f"the reply must be text, got {type(text).__name__}")
+    if len(text) > MAX_REPLY_CHARS:
+        raise _fail(f"the reply has {len(text)} characters; at most {MAX_REPLY_CHARS} are read")
+    text = _THINK.sub("", text)
+    if not text.strip():
+        raise _fail("the reply is empty; answer with one JSON object")
+    if _nesting_depth(text) > MAX_NESTING:
+        raise _fail(f"the reply nests brackets more than {MAX_NESTING} deep")
+    first_object = first_other = None
+    for candidate_text in (text, _without_trailing_commas(text)):
+        for value in _decoded(candidate_text):
+            if isinstance(value, dict):
+                if any(k in value for k in keys):
+                    return value
+                if first_object is None:
+                    first_object = value
+            elif first_other is None:
+                first_other = value
+        if first_object is not None:
+            return first_object
+    if first_other is not None:
+        kind = {list: "array", str: "string", bool: "boolean", int: "number", float: "number"}.get(type(first_other), "null")
+        raise _fail(f"the reply must be a JSON object {{...}}, not a JSON {kind}: {_excerpt(text)}")
+    raise _fail(f"no JSON object found in the reply: {_excerpt(text)}")
+
+
+# --- checking a reply --------------------------------------------------------------------------
+
+
+def parse_reply(text: str, purpose: str, context: ReplyContext) -> Reply:
+    """The checked reply in ``text`` for ``purpose``, or :class:`PlanError` (``plan_check``)
+    naming the first problem (see the module docstring)."""
+    model = reply_format(purpose)
+    data = extract_json(text, keys=tuple(model.model_fields))
+    try:
+        reply = model.model_validate(data)
+    except pydantic.ValidationError as err:
+        raise _format_error(err) from None
+    if purpose == "message":
+        return MessageReply(messages=_check_messages(reply.messages, context), reasoning=reply.reasoning)
+    if purpose == "interrupt" and reply.decision == "resume":
+        return InterruptReply("resume", messages=_check_messages(reply.messages, context), reasoning=reply.reasoning)
+    if purpose == "interrupt":
+        missing = [name for name in ("spec", "plan") if getattr(reply, name) is None]
+        if missing:
+            raise _fail(f"field {missing[0]!r} is required with \"decision\": \"replan\"")
+    plan = _check_plan(reply.plan, context)
+    messages = _check_messages(reply.messages, context)
+    if purpose == "interrupt":
+        return InterruptReply("replan", reply.spec, plan, messages, reply.reasoning)
+    return PlanReply(reply.spec, plan, messages, reply.reasoning)
+
+
+def _format_error(err: pydantic.ValidationError) -> PlanError:
+    first = err.errors()[0]
+    where = ".".join(str(p) for p in first["loc"] if isinstance(p, int) or not re.search(r"[\[\]]", p))
+    if first["type"] == "missing":
+        return _fail(f"field {where!r} is missing")
+    if first["type"] == "too_short":
+        return _fail(f"field {where!r} needs at least {first['ctx']['min_length']} item(s)")
+    got = f"; got {_json_excerpt(first['input'])}" if "input" in first else ""
+    return _fail(f"field {where!r}: {first['msg']}{got}")
+
+
+@contextlib.contextmanager
+def _reading_plan():
+    """Any failure of the symbolic parsers as a PlanError with a message of bounded length
+    (they quote the offending text whole)."""
+    try:
+        yield
+    except PlanError as err:
+        if len(err.message) <= MAX_ERROR_CHARS:
+            raise
+        raise PlanError(err.kind, _cut(err.message, MAX_ERROR_CHARS), err.action_index, err.argument) from None
+    except (ValueError, TypeError, RecursionError) as err:  # e.g. an integer too long to read
+        raise _fail(f"cannot read the plan: {_cut(str(err))}") from None
+
+
+def _parse_plan_field(value: Any) -> List[SymbolicAction]:
+    if isinstance(value, str):
+        text = value.strip()
+        if text[:1] in ("[", "{") and _nesting_depth(text) <= MAX_NESTING:
+            try:
+                return _parse_plan_field(json.loads(text))
+            except (ValueError, RecursionError):
+                pass  # not JSON after all: read it as a text plan
+        if not text:
+            raise _fail("field 'plan' is empty; give at least one action")
+        with _reading_plan():
+            return parse_plan(text)
+    if isinstance(value, dict):
+        # A lone action object, or a nested {"plan": [...]} document.
+        with _reading_plan():
+            return parse_plan_json(value if "plan" in value else [value])
+    if isinstance(value, list):
+        if not value:
+            raise _fail("field 'plan' is empty; give at least one action")
+        with _reading_plan():
+            # Text actions among JSON ones are read first, keeping their index for errors.
+            items = [parse_action(x, i).to_json() if isinstance(x, str) else x for i, x in enumerate(value)]
+            return parse_plan_json(items)
+    raise _fail(f"field 'plan' must be a list of actions or a text plan, got {_json_excerpt(value)}")
+
+
+def _check_plan(value: Any, context: ReplyContext) -> Tuple[SymbolicAction, ...]:
+    plan = _parse_plan_field(value)
+    if len(plan) > context.max_plan_actions:
+        raise _fail(f"the plan has {len(plan)} actions; at most {context.max_plan_actions} are accepted")
+    for i, action in enumerate(plan):
+        for name in ("steps", "timeout"):
+            if action.args.get(name, 0) > context.max_action_steps:
+                raise _fail(
+                    f"{action.name}: {name} {action.args[name]} is above the limit of {context.max_action_steps}", i, name
+                )
+    check_plan(plan, context.num_agents, context.block_alive)
+    return tuple(plan)
+
+
+_AGENT_NAME = re.compile(r"^agent[\s_-]?(\d+)$", re.I)
+
+
+def _agent_name(i: int) -> str:
+    return f"agent_{i}"
+
+
+def _recipients_of(token: Any, where: str, context: ReplyContext) -> FrozenSet[int]:
+    if isinstance(token, str):
+        name = token.strip()
+        if name.lower() in ("all", "everyone"):
+            return context.allowed_recipients
+        match = _AGENT_NAME.match(name)
+        if match or name.isdigit():
+            token = int(match.group(1) if match else name)
+    if isinstance(token, float) and token.is_integer():
+        token = int(token)
+    if isinstance(token, bool) or not isinstance(token, int):
+        raise _fail(f'{where}: unknown recipient {_json_excerpt(token)}; write "agent_<id>", <id> or "all"')
+    if not 0 <= token < context.num_agents:
+        raise _fail(f"{where}: there is no agent {token}; agents are agent_0 .. agent_{context.num_agents - 1}")
+    if token == context.agent:
+        raise _fail(f"{where}: {_agent_name(token)} is yourself")
+    if token not in context.allowed_recipients:
+        allowed = ", ".join(_agent_name(r) for r in sorted(context.allowed_recipients))
+        raise _fail(f"{where}: you may not message {_agent_name(token)} now; you may message: {allowed}")
+    return frozenset((token,))
+
+
+def _check_messages(messages: Sequence[MessageFormat], context: ReplyContext) -> Tuple[OutgoingMessage, ...]:
+    if not messages:
+        return ()
+    if not context.may_message:
+        raise _fail('you may not send messages now; reply with "messages": []')
+    if len(messages) > context.message_budget:
+        raise _fail(f"{len(messages)} messages; you may send at most {context.message_budget} now")
+    checked = []
+    for k, message in enumerate(messages):
+        where = f"messages.{k}.to"
+        tokens = message.to if isinstance(message.to, list) else [message.to]
+        if not tokens or message.to is None:
+            raise _fail(f"{where}: name at least one recipient")
+        recipients = frozenset().union(*(_recipients_of(token, where, context) for token in tokens))
+        content = message.content.strip()
+        if not content:
+            raise _fail(f"messages.{k}.content is empty")
+        if len(content) > context.max_message_chars:
+            raise _fail(f"messages.{k}.content has {len(content)} characters; at most {context.max_message_chars}")
+        checked.append(OutgoingMessage(tuple(sorted(recipients)), content))
+    return tuple(checked)
+
+
+# --- the corrective re-prompt ---------------------------------------------------------------
+
+
+def error_feedback(err: PlanError, purpose: Optional[str] = None) -> str:
+    """The user message that asks a model to correct its last reply: it quotes the error
+    (kind, action index, argument, message) and restates the expected format.
+
+    >>> print(error_feedback(PlanError("plan_check", "push_block: block 1 is already delivered", 0, "block"), "message"))
+    Your last reply could not be used. Error (plan_check) at action 0, argument 'block': push_block: block 1 is already delivered
+    Correct it and answer again with one JSON object and nothing else, of this form:
+    {"reasoning": "...", "messages": [{"to": ["all"], "content": "..."}]}
+    """
+    where = []
+    if err.action_index is not None:
+        where.append(f"action {err.action_index}")
+    if err.argument is not None:
+        where.append(f"argument {err.argument!r}")
+    location = f" at {', '.join(where)}" if where else ""
+    lines = [f"Your last reply could not be used. Error ({err.kind}){location}: {err.message}"]
+    if purpose is not None:
+        lines.append("Correct it and answer again with one JSON object and nothing else, of this form:")
+        lines.append(reply_example(purpose))
+    else:
+        lines.append("Correct it and answer again with one JSON object and nothing else.")
+    return "\n".join(lines)
