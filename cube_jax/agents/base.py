@@ -227,6 +227,10 @@ class Agent(abc.ABC):
         """``{"kind", "model"}`` for the trace's episode record (more keys may be added)."""
         return {"kind": self.kind, "model": self.model}
 
+    async def aclose(self) -> None:
+        """Releases what the agent holds open in the running event loop (connections);
+        :func:`cube_jax.evaluation.run_episode` calls it when its episode ends."""
+
 
 class BatchedPolicy(Protocol):
     """A pure JAX policy for one environment; jit and vmap it freely.

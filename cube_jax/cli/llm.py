@@ -162,6 +162,10 @@ class Clients:
         self.args = args
         self._clients: Dict[str, Any] = {}
 
+    async def aclose(self) -> None:
+        for client in self._clients.values():
+            await client.aclose()
+
     def get(self, model: str):
         if model not in self._clients:
             from cube_jax.llm.client import ModelClient
@@ -304,6 +308,7 @@ async def _play(env, kwargs, members, args, prompts):
         return await run_episodes(episodes, concurrency=args.concurrency, on_done=done)
     finally:
         bar.close()
+        await clients.aclose()
 
 
 def _write_outputs(args, results) -> None:

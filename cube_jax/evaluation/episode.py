@@ -615,8 +615,17 @@ def step_tasks(view: WorldView, primitives: np.ndarray, running: Mapping[int, An
 
 
 def run_episode(env: CubeEnv, agents: Sequence[Agent], seed: int, **options) -> EpisodeResult:
-    """Plays one episode synchronously (see :class:`Episode` for ``options``)."""
-    return asyncio.run(Episode(env, agents, seed=seed, **options).run())
+    """Plays one episode synchronously in its own event loop (see :class:`Episode` for
+    ``options``); the agents' connections are closed with the loop."""
+
+    async def play() -> EpisodeResult:
+        try:
+            return await Episode(env, agents, seed=seed, **options).run()
+        finally:
+            for agent in agents:
+                await agent.aclose()
+
+    return asyncio.run(play())
 
 
 async def run_episodes(episodes: Sequence[Episode], concurrency: int = 1, on_done=None) -> List[EpisodeResult]:

@@ -87,6 +87,11 @@ class LLMAgent(Agent):
         self._remember(ctx, f"committed {plan}")
         return Decision(plan=plan, messages=sent, calls=calls)
 
+    async def aclose(self) -> None:
+        close = getattr(self.client, "aclose", None)
+        if close is not None:
+            await close()
+
     def _remember(self, ctx: DecisionContext, text: str) -> None:
         self.decisions.append({"t": ctx.t, "text": text})
 
