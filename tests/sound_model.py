@@ -34,7 +34,7 @@ def sound_reply(request: dict) -> str:
     """The reply content for one chat completions request (see the module docstring)."""
     messages = request["messages"]
     system = messages[0]["content"]
-    user = next(m["content"] for m in reversed(messages) if m["role"] == "user")
+    user = next(m["content"] for m in messages if m["role"] == "user")  # the prompt, not a re-prompt
     k = int(GRID.search(system).group(1))
     send = MAY_SEND.search(user)
     recipients = [r.strip() for r in send.group(2).split(",")] if send else []
@@ -70,3 +70,21 @@ def _acknowledge(recipients) -> list:
 
 def responder(request: dict) -> Optional[str]:
     return sound_reply(request)
+
+
+class SoundModel:
+    """The sound-plan model in process, with no HTTP: a :class:`cube_jax.llm.ChatModel` that
+    answers at once (for measuring the harness without the model's time)."""
+
+    def __init__(self, model: str = "sound-model"):
+        self.model = model
+        self.calls = 0
+
+    async def complete(self, messages, *, schema=None, schema_name="reply"):
+        from cube_jax.llm.client import Completion
+
+        self.calls += 1
+        text = sound_reply({"messages": list(messages)})
+        return Completion(text=text, prompt_tokens=sum(len(m["content"]) for m in messages) // 4,
+                          completion_tokens=len(text) // 4, attempts=1, latency_s=0.0, model=self.model,
+                          used_schema=schema is not None, finish_reason="stop")
