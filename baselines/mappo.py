@@ -1,18 +1,16 @@
 """MAPPO on CUBE: one shared actor on each agent's observation, a centralised critic on
-the world state (by default the agent's observation next to the compact world vector;
-network.critic_input=world or grid for the world vector or the five-channel grid alone).
+the world state (by default the compact world vector plus the agent's id;
+network.critic_input=obs_world or grid for the agent's observation next to the world
+vector, or the five-channel grid).
 
     python baselines/mappo.py
     python baselines/mappo.py --preset gpu env.scenario=hard
 
-Config: configs/mappo.yaml (defaults in cube_jax/rl/config.py); see docs/baselines.md.
+Config: configs/mappo.yaml (every key: cube_jax/rl/config.py); see docs/baselines.md.
 """
 import sys
 
-from cube_jax.rl.config import parse_args
+from launch import main
 
 if __name__ == "__main__":
-    config = parse_args("mappo", sys.argv[1:])  # bad input stops here, before the training stack loads
-    from cube_jax.rl.run import train_and_report
-
-    train_and_report(config)
+    main("mappo", sys.argv[1:])

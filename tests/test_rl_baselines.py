@@ -23,6 +23,8 @@ pytest.importorskip("optax")
 
 import jax  # noqa: E402
 
+import cube_jax  # noqa: E402
+
 REPO = Path(__file__).resolve().parents[1]
 ENVS, STEPS = 8, 8  # env steps per update = 64
 TINY = [
@@ -111,6 +113,7 @@ def ippo_run(tmp_path_factory):
             assert [line.split()[1] for line in progress] == ["2/3", "3/3"]  # one progress line per chunk
             assert "steps/s" in progress[-1]
             assert run_folder(stdout) == run_dir
+            (root / "ippo-tiny.stdout").write_text(stdout)
     return run_dir
 
 
@@ -123,6 +126,21 @@ def test_ippo_script_writes_the_run_folder(ippo_run):
     rows = [json.loads(line) for line in (ippo_run / "metrics.jsonl").read_text().splitlines()]
     lr = yaml.safe_load((ippo_run / "config.yaml").read_text())["train"]["lr"]
     np.testing.assert_allclose([r["lr"] for r in rows], [lr, lr * 2 / 3, lr / 3], rtol=1e-5)  # annealed over 3
+
+
+@pytest.mark.slow
+def test_the_last_line_names_the_reported_seed_and_shows_every_seed(ippo_run):
+    summary = json.loads((ippo_run / "summary.json").read_text())
+    last = (ippo_run.parent / "ippo-tiny.stdout").read_text().splitlines()[-1]
+    ev, best = summary["eval"], summary["policy_seed_index"]
+    per_seed = ", ".join(f"{i}: {rate:.2f}" for i, rate in enumerate(summary["eval_per_seed"]["success_rate"]))
+    assert last == (
+        f"eval (greedy, 4 episodes): seed {best} reported and saved: success {ev['success_rate']:.2f}, "
+        f"blocks delivered {ev['blocks_delivered_frac']:.2f}, return {ev['return_mean']:+.3f}; "
+        f"success per seed: [{per_seed}]"
+    )
+    assert per_seed.count(":") == 4  # the preset's four seeds
+    assert json.loads((ippo_run / "checkpoint" / "policy.json").read_text())["seed_index"] == best
 
 
 @pytest.mark.slow
@@ -199,3 +217,87 @@ def test_bad_override_fails_before_training(tmp_path):
     assert proc.returncode == 2
     assert "unknown config key 'train.num_env'" in proc.stderr
     assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.slow
+def test_grid_observations_train_and_play(tmp_path):
+    """Every observation form of the core trains; the grid form ([K, K, 6] per agent) goes
+    through the actor's flattening in training, evaluation, the GIF and the saved policy."""
+    from cube_jax.rl.policy import load_policy
+
+    stdout = run_script("ippo.py", TINY + ["env.observation=grid", "num_seeds=1", "train.total_timesteps=64",
+                                           f"output.root={tmp_path}"], tmp_path)
+    run_dir = run_folder(stdout)
+    summary = check_run_folder(run_dir, updates=1, algo="ippo")
+    assert summary["env"]["observation"] == "grid"
+    policy = load_policy(run_dir)
+    assert policy.feature_shape == (8, 8, 6) and policy.observation_size == 384
+    env = cube_jax.make(**policy.env_kwargs)
+    _, ts = env.reset(jax.random.PRNGKey(0))
+    actions = policy.act(ts.observation, jax.random.PRNGKey(2))
+    assert actions.shape == (2,) and actions.dtype == np.int32
+    with pytest.raises(ValueError, match=r"has \(8, 8, 5\) features per agent, the policy expects \(8, 8, 6\)"):
+        policy.act(np.zeros((2, 8, 8, 5), np.float32), jax.random.PRNGKey(0))
+
+
+# --- the stall guard of the scripts ------------------------------------------------------------
+def test_stalled_fetch_is_reported_and_busy_or_failing_ones_are_not():
+    import threading
+    import time
+
+    from baselines.launch import RuntimeStall, wait_for
+
+    assert wait_for(lambda: 7, "a value", stall_seconds=1.0, poll=0.05) == 7
+
+    def busy():  # a long computation keeps the process's CPU clock moving
+        end = time.perf_counter() + 0.6
+        while time.perf_counter() < end:
+            pass
+        return "done"
+
+    assert wait_for(busy, "a busy result", stall_seconds=0.2, poll=0.05) == "done"
+    never = threading.Event()
+    with pytest.raises(RuntimeStall, match="while computing a stalled result"):
+        wait_for(lambda: never.wait(30), "a stalled result", stall_seconds=0.2, poll=0.05)
+    never.set()  # release the helper thread
+
+    def broken():
+        raise ValueError("bad shapes")
+
+    with pytest.raises(ValueError, match="bad shapes"):
+        wait_for(broken, "a failing result", stall_seconds=1.0, poll=0.05)
+
+
+def test_a_stalled_run_exits_3_with_the_command_that_goes_on(tmp_path):
+    """The script layer, not the library, ends a stalled process; it says how to resume."""
+    run_dir = tmp_path / "mappo-easy"
+    (run_dir / "checkpoint" / "runner").mkdir(parents=True)
+    script = (
+        "import sys; from pathlib import Path\n"
+        "from baselines import launch\n"
+        "from cube_jax.rl.config import build\n"
+        "launch.configure_logging()\n"
+        "launch._stop_stalled(launch.RuntimeStall('no CPU used for 120 s while computing updates 1-10'),\n"
+        "                     build('mappo'), Path(sys.argv[1]))\n"
+        "print('not reached')\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", script, str(run_dir)], capture_output=True, text=True, cwd=REPO,
+                          env=subprocess_env(), timeout=120)
+    assert proc.returncode == 3
+    assert proc.stdout == ""
+    assert proc.stderr.splitlines() == [
+        "error: training stopped: no CPU used for 120 s while computing updates 1-10. XLA's CPU thread pool "
+        "stalled; this is not a problem of the config. Go on with:",
+        f"  XLA_FLAGS=--xla_cpu_multi_thread_eigen=false python baselines/mappo.py output.resume={run_dir}",
+        "(train.stall_seconds=120 sets how long an idle process is waited for)",
+    ]
+
+
+def test_before_a_checkpoint_the_stall_message_says_to_start_again(tmp_path):
+    from baselines.launch import RuntimeStall, stall_message
+    from cube_jax.rl.config import build
+
+    text = stall_message(RuntimeStall("no CPU used for 5 s while computing the evaluation"),
+                         build("ippo", overrides=["train.stall_seconds=5"]), tmp_path)
+    assert "python baselines/ippo.py <the same arguments>   (no checkpoint was saved yet)" in text
+    assert "train.stall_seconds=5" in text

@@ -1,7 +1,10 @@
 """The IPPO/MAPPO training core on tiny budgets: critic inputs, bootstrapping inputs,
-shaping, the learning-rate schedule, and (in one subprocess with two host devices)
+shaping, the learning-rate schedule, the driver with a trainer other than PPO, the
+library's manners (logging, no exits), and (in one subprocess with two host devices)
 determinism of ``make_train`` and the sharded chunked driver."""
+import ast
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -90,33 +93,6 @@ def test_first_episodes_start_staggered():
     assert not np.asarray(jax.jit(lockstep.init)(jax.random.PRNGKey(0)).env_state.env_state.t).any()
 
 
-def test_stalled_fetch_is_reported_and_busy_or_failing_ones_are_not():
-    import threading
-    import time
-
-    from cube_jax.rl.run import RuntimeStall, wait_for
-
-    assert wait_for(lambda: 7, "a value", stall_seconds=1.0, poll=0.05) == 7
-
-    def busy():  # a long computation keeps the process's CPU clock moving
-        end = time.perf_counter() + 0.6
-        while time.perf_counter() < end:
-            pass
-        return "done"
-
-    assert wait_for(busy, "a busy result", stall_seconds=0.2, poll=0.05) == "done"
-    never = threading.Event()
-    with pytest.raises(RuntimeStall, match="while computing a stalled result"):
-        wait_for(lambda: never.wait(30), "a stalled result", stall_seconds=0.2, poll=0.05)
-    never.set()  # release the helper thread
-
-    def broken():
-        raise ValueError("bad shapes")
-
-    with pytest.raises(ValueError, match="bad shapes"):
-        wait_for(broken, "a failing result", stall_seconds=1.0, poll=0.05)
-
-
 def test_shaping_rewards_block_progress_only():
     from cube_jax.rl.shaping import ShapingWrapper, block_progress_potential
 
@@ -194,7 +170,7 @@ def test_make_train_is_deterministic_and_matches_the_sharded_driver():
         from cube_jax.rl.ppo import make_train
         from cube_jax.rl.run import Session
         cfg = C.build("mappo", overrides={TINY!r} + ["num_seeds=2", "train.num_devices=2"])
-        keys = jax.random.split(jax.random.PRNGKey(cfg["seed"]), 2)
+        keys = jax.random.split(jax.random.PRNGKey(cfg.seed), 2)
         train = jax.jit(jax.vmap(make_train(cfg)))
         first = jax.device_get(train(keys)["metrics"])  # {{name: [seeds, updates]}}
         second = jax.device_get(train(keys)["metrics"])
@@ -242,3 +218,99 @@ def test_learning_rate_anneals_over_the_budget():
     np.testing.assert_allclose(rates, [0.01, 0.01 * 2 / 3, 0.01 / 3, 0.0, 0.0], rtol=1e-6)
     flat = PPO(C.build("ippo", overrides=TINY + ["train.lr=0.01", "train.anneal_lr=false"]))
     assert float(flat.learning_rate(jnp.int32(2), 3)) == pytest.approx(0.01)
+
+
+class CountingTrainer:
+    """A trainer that learns nothing: its training success is updates / budget and its
+    "policy" is one number drawn at init, which is also its evaluated success rate. The
+    driver knows it only through the Trainer interface."""
+
+    def __init__(self, config):
+        self.env = cube_jax.make("easy")
+        self.env_kwargs = {"scenario": "easy"}
+        self.num_updates = 6
+        self.steps_per_update = 10
+
+    def init(self, key):
+        return {"count": jnp.int32(0), "envs": jnp.zeros(4), "skill": jax.random.uniform(key)}
+
+    def update(self, state, num_updates):
+        count = state["count"] + 1
+        metrics = {"success_rate": count / num_updates, "episode_return": -count.astype(jnp.float32),
+                   "blocks_delivered_frac": jnp.float32(0.5), "lr": jnp.float32(0.1)}
+        return {**state, "count": count, "envs": state["envs"] + 1}, metrics
+
+    def updates_done(self, state):
+        return state["count"]
+
+    def env_batched(self, state):
+        return {"count": False, "envs": True, "skill": False}
+
+    def policy_params(self, state):
+        return {"skill": state["skill"]}
+
+    def evaluate(self, policy_params, key, episodes):
+        rates = {"success_rate": policy_params["skill"], "blocks_delivered_frac": policy_params["skill"],
+                 "return_mean": jnp.float32(0.0), "block_delivery_rate": jnp.zeros(3)}
+        return rates, rates, None
+
+
+def test_the_driver_runs_any_trainer(tmp_path, caplog):
+    from cube_jax.rl import run
+
+    cfg = C.build("ippo", overrides=["num_seeds=2", "train.num_envs=4", "train.updates_per_call=2",
+                                     "train.target_success=0.5", f"output.root={tmp_path}", "output.name=counting",
+                                     "output.gif=false", "output.plot=false", "eval.episodes=3"])
+    fetched = []
+
+    def fetch(tree, what):
+        fetched.append(what)
+        return jax.device_get(tree)
+
+    with caplog.at_level(logging.INFO, logger="cube_jax"):
+        summary = run.train_and_report(cfg, fetch=fetch, trainer=CountingTrainer(cfg))
+    # Chunk means of the training success: (1/6 + 2/6) / 2 = 0.25, then (3/6 + 4/6) / 2 = 0.58 >= 0.5: stop.
+    assert fetched == ["updates 1-2", "updates 3-4", "the evaluation"]
+    assert summary["updates"] == 4 and summary["env_steps"] == 4 * 10 * 2
+    skills = np.asarray(jax.vmap(lambda k: jax.random.uniform(k))(jax.random.split(jax.random.PRNGKey(0), 2)))
+    best = int(np.argmax(skills))
+    assert summary["policy_seed_index"] == best
+    assert summary["eval"]["success_rate"] == pytest.approx(float(skills[best]))
+    np.testing.assert_allclose(summary["eval_per_seed"]["success_rate"], skills, rtol=1e-6)
+    rows = [json.loads(line) for line in (tmp_path / "counting" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["episode_return"] for r in rows] == [-1.0, -2.0, -3.0, -4.0]
+    meta = json.loads((tmp_path / "counting" / "checkpoint" / "policy.json").read_text())
+    assert meta["updates"] == 4 and meta["seed_index"] == best
+    lines = [r.getMessage() for r in caplog.records]
+    assert lines[0] == f"run folder: {tmp_path / 'counting'}"
+    assert [line.split()[1] for line in lines if line.startswith("update ")] == ["2/6", "4/6"]
+    per_seed = ", ".join(f"{i}: {s:.2f}" for i, s in enumerate(skills))
+    assert lines[-1] == (
+        f"eval (greedy, 3 episodes): seed {best} reported and saved: success {skills[best]:.2f}, "
+        f"blocks delivered {skills[best]:.2f}, return +0.000; success per seed: [{per_seed}]"
+    )
+
+
+def test_the_rl_library_neither_prints_nor_ends_the_process():
+    """Library code reports through logging and raises; only the scripts (baselines/) exit."""
+    banned = {"print", "exit", "quit", "os._exit", "sys.exit"}
+    found = []
+    for path in sorted((REPO / "cube_jax" / "rl").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call):
+                name = ast.unparse(node.func)
+                if name in banned:
+                    found.append(f"{path.name}:{node.lineno} {name}")
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                modules = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module]
+                if "argparse" in modules:
+                    found.append(f"{path.name}:{node.lineno} imports argparse")
+    assert found == []
+
+
+def test_the_outputs_examples_run():
+    import doctest
+
+    from cube_jax.rl import outputs
+
+    assert doctest.testmod(outputs).attempted >= 1 and doctest.testmod(outputs).failed == 0

@@ -1,305 +1,391 @@
-"""Training configuration: YAML files plus ``key=value`` overrides from the command line.
+"""Training configuration: typed sections, YAML files and ``key=value`` overrides.
 
-A config is a nested plain dict whose every key exists in :data:`DEFAULTS`; files and
+:class:`Config` is the schema: every key with its type, range and default. Files and
 overrides may only change values, never invent keys, so a typo fails loudly::
 
     python baselines/ippo.py env.scenario=hard train.num_envs=512 --preset gpu
 
-Layering, later wins: :data:`DEFAULTS` (the CPU preset), the algorithm's file
-(``configs/ippo.yaml``), any ``--config FILE``, the ``--preset NAME`` file
-(``configs/NAME.yaml``, repeatable), then the ``key=value`` overrides.
+Layering, later wins: the defaults of :class:`Config`, the algorithm's file
+(``configs/ippo.yaml``), any ``--config FILE``, the ``--preset NAME`` files
+(``configs/NAME.yaml``, repeatable, in order), then the ``key=value`` overrides, whose
+values are read as YAML. With ``output.resume=<run>`` the run's saved ``config.yaml``
+replaces the files and the overrides are applied again on top of it.
+
+>>> config = build("ippo", overrides=["train.lr=3e-4", "env.scenario=hard"])
+>>> config.train.lr, config.env.scenario, config.train.num_envs
+(0.0003, 'hard', 128)
+>>> build("ippo", overrides=["train.num_env=4"])  # doctest: +ELLIPSIS
+Traceback (most recent call last):
+    ...
+cube_jax.rl.config.ConfigError: override 'train.num_env=4': unknown config key 'train.num_env' (did you mean 'train.num_envs' or ...
 """
 from __future__ import annotations
 
-import argparse
-import copy
+import difflib
+import re
 from pathlib import Path
-from typing import Any, Dict, Iterable, List, Optional
+from typing import Annotated, Any, Dict, Iterable, Iterator, List, Literal, Mapping, Optional, Sequence, Tuple, Union
 
 import yaml
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    NonNegativeFloat,
+    NonNegativeInt,
+    PositiveInt,
+    ValidationError,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError
+
+from cube_jax.core.observations import OBSERVATION_FORMS
 
 CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs"
-
-DEFAULTS: Dict[str, Any] = {
-    "algo": "ippo",  # "ippo": critic sees the agent's observation; "mappo": critic sees the world state
-    "seed": 0,
-    "num_seeds": 1,  # seeds trained at once with jax.vmap
-    "env": {
-        "scenario": "easy",  # a named scenario or a YAML path; null to use the n-curriculum
-        "n": None,  # team size of the n-curriculum (when scenario is null)
-        "observation": "vector",  # "vector" | "egocentric"
-        "view_radius": 3,
-        "pool_size": 4096,  # n-curriculum only: pre-drawn layouts so the per-step auto-reset is cheap
-        "max_steps": None,  # null: the scenario's or curriculum's own limit
-    },
-    "network": {
-        "hidden": 64,
-        "layers": 2,
-        "activation": "tanh",  # "tanh" | "relu"
-        # MAPPO only: "obs_world" (own observation + compact world vector) | "world" (world vector
-        # + agent id) | "grid" (five-channel grid + agent id)
-        "critic_input": "world",
-    },
-    "train": {
-        "num_envs": 64,
-        "num_steps": 32,  # rollout length per update
-        "total_timesteps": 2_000_000,  # env steps per seed
-        "update_epochs": 4,
-        "num_minibatches": 4,
-        "lr": 2.5e-3,
-        "anneal_lr": True,
-        "gamma": 0.99,
-        "gae_lambda": 0.95,
-        "clip_eps": 0.2,
-        "ent_coef": 0.01,
-        "vf_coef": 0.5,
-        "max_grad_norm": 0.5,
-        "num_devices": 0,  # devices in the env-batch mesh; 0 = every visible device
-        "updates_per_call": 10,  # updates run per jitted call (progress and checkpoint granularity)
-        "stall_seconds": 120,  # CPU only: stop with a clear error if the process sits idle this long (0: never)
-        "stagger_start": True,  # first episodes start at random step counts so envs do not run in lockstep
-        "target_success": 0.9,  # stop early once the training success rate reaches it (null: never)
-    },
-    "shaping": {
-        "enabled": False,  # the papers' reward unless switched on
-        "coef": 0.1,  # scale of the whole potential-based term
-        "align_weight": 0.0,  # weight of the left-face quorum alignment beside block progress
-        "reach_weight": 0.0,  # weight of the nearest agents' distance to each block's left face
-    },
-    "eval": {
-        "episodes": 128,
-        "greedy": True,
-    },
-    "output": {
-        "root": "runs",
-        "name": None,  # run folder name; null = "<algo>-<env>-<time>"
-        "gif": True,
-        "plot": True,
-        "checkpoint": True,
-        "checkpoint_every": 5,  # save the checkpoint every this many jitted calls (and at the end)
-        "resume": None,  # a run folder or checkpoint folder to continue from
-    },
-    "distributed": {
-        "coordinator": None,  # "host:port" starts jax.distributed (several hosts); null = one process
-        "num_processes": 1,
-        "process_id": 0,
-    },
-}
-
-CHOICES = {
-    "algo": ("ippo", "mappo"),
-    "env.observation": ("vector", "egocentric"),
-    "network.activation": ("tanh", "relu"),
-    "network.critic_input": ("obs_world", "world", "grid"),
-}
-POSITIVE_INTS = (
-    "num_seeds",
-    "network.hidden",
-    "network.layers",
-    "train.num_envs",
-    "train.num_steps",
-    "train.total_timesteps",
-    "train.update_epochs",
-    "train.num_minibatches",
-    "train.updates_per_call",
-    "output.checkpoint_every",
-    "eval.episodes",
-    "env.view_radius",
-)
-
-BOOLS = (
-    "train.anneal_lr",
-    "train.stagger_start",
-    "shaping.enabled",
-    "eval.greedy",
-    "output.gif",
-    "output.plot",
-    "output.checkpoint",
-)
+ALGO_FILES = ("ippo", "mappo")  # configs/<algo>.yaml; every other file there is a preset
 
 
 class ConfigError(ValueError):
     """A config file or override that names an unknown key or holds a bad value."""
 
 
-def _flatten(tree: Dict[str, Any], prefix: str = "") -> Dict[str, Any]:
-    out = {}
+# --- value types -------------------------------------------------------------------------------
+_NUMBER = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?")
+
+
+def _yaml_float(value):
+    # YAML 1.1 reads "3e-4" (no dot) as a string; accept the usual float spelling.
+    if isinstance(value, str) and _NUMBER.fullmatch(value.strip()):
+        return float(value)
+    return value
+
+
+def _text(value):
+    # A run named 2024 is a name, not a number.
+    return str(value) if type(value) in (int, float) else value
+
+
+NonNegative = Annotated[NonNegativeFloat, BeforeValidator(_yaml_float)]
+Fraction = Annotated[float, Field(ge=0, le=1), BeforeValidator(_yaml_float)]
+Text = Annotated[str, BeforeValidator(_text)]
+
+
+def _form_names(forms) -> Tuple[str, ...]:
+    """Names of the core's observation forms (plain names, or declarations with a ``name``)."""
+    return tuple(getattr(form, "name", form) for form in forms)
+
+
+# Every observation form of the core is trainable: the actor flattens a form with more than
+# one feature axis ("grid") before its MLP (cube_jax/rl/networks.py).
+ObservationForm = Literal[_form_names(OBSERVATION_FORMS)]  # type: ignore[valid-type]
+
+
+def _cross_field(message: str, *keys: str) -> PydanticCustomError:
+    """An error about several keys at once; ``keys`` let the message name where each came from."""
+    return PydanticCustomError("cross_field", message, {"keys": keys})
+
+
+# --- the schema --------------------------------------------------------------------------------
+class Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+class EnvSection(Section):
+    scenario: Optional[Text] = Field("easy", description="a named scenario or a YAML path; null: the n-curriculum")
+    n: Optional[PositiveInt] = Field(None, description="team size of the n-curriculum (when scenario is null)")
+    observation: ObservationForm = Field("vector", description="per-agent observation form of cube_jax.make")
+    view_radius: PositiveInt = 3
+    pool_size: NonNegativeInt = Field(4096, description="n-curriculum only: pre-drawn layouts for cheap auto-resets")
+    max_steps: Optional[PositiveInt] = Field(None, description="null: the scenario's or curriculum's own limit")
+
+    @model_validator(mode="after")
+    def _one_world(self):
+        if (self.scenario is None) == (self.n is None):
+            raise _cross_field(
+                f"set exactly one of env.scenario (e.g. easy) and env.n (e.g. 4); got scenario={self.scenario!r}, "
+                f"n={self.n!r} (use env.scenario=null env.n=4 for the curriculum)",
+                "env.scenario", "env.n",
+            )
+        return self
+
+
+class NetworkSection(Section):
+    hidden: PositiveInt = 64
+    layers: PositiveInt = 2
+    activation: Literal["tanh", "relu"] = "tanh"
+    critic_input: Literal["obs_world", "world", "grid"] = Field(
+        "world",
+        description="MAPPO only: 'obs_world' (own observation + compact world vector), 'world' (world vector + "
+        "agent id) or 'grid' (five-channel grid + agent id)",
+    )
+
+
+class TrainSection(Section):
+    num_envs: PositiveInt = 64
+    num_steps: PositiveInt = Field(32, description="rollout length per update")
+    total_timesteps: PositiveInt = Field(2_000_000, description="env steps per seed")
+    update_epochs: PositiveInt = 4
+    num_minibatches: PositiveInt = 4
+    lr: NonNegative = 2.5e-3
+    anneal_lr: bool = True
+    gamma: Fraction = 0.99
+    gae_lambda: Fraction = 0.95
+    clip_eps: NonNegative = 0.2
+    ent_coef: NonNegative = 0.01
+    vf_coef: NonNegative = 0.5
+    max_grad_norm: NonNegative = 0.5
+    num_devices: NonNegativeInt = Field(0, description="devices in the env-batch mesh; 0: every visible device")
+    updates_per_call: PositiveInt = Field(10, description="updates per jitted call (progress, checkpoint granularity)")
+    stall_seconds: NonNegativeInt = Field(120, description="CPU only: the scripts stop a run idle this long (0: never)")
+    stagger_start: bool = Field(True, description="first episodes start at random step counts (no lockstep)")
+    target_success: Optional[Fraction] = Field(0.9, description="stop once training success reaches it (null: never)")
+
+    @model_validator(mode="after")
+    def _whole_minibatches(self):
+        batch = self.num_envs * self.num_steps
+        if batch % self.num_minibatches:
+            raise _cross_field(
+                f"train.num_envs * train.num_steps = {batch} must be divisible by train.num_minibatches = "
+                f"{self.num_minibatches}",
+                "train.num_envs", "train.num_steps", "train.num_minibatches",
+            )
+        if self.total_timesteps < batch:
+            raise _cross_field(
+                f"train.total_timesteps = {self.total_timesteps} is less than one update "
+                f"(train.num_envs * train.num_steps = {batch})",
+                "train.total_timesteps", "train.num_envs", "train.num_steps",
+            )
+        return self
+
+
+class ShapingSection(Section):
+    enabled: bool = Field(False, description="the papers' reward unless switched on")
+    coef: NonNegative = Field(0.1, description="scale of the whole potential-based term")
+    align_weight: NonNegative = Field(0.0, description="weight of the left-face quorum alignment")
+    reach_weight: NonNegative = Field(0.0, description="weight of the nearest agents' distance to each left face")
+
+
+class EvalSection(Section):
+    episodes: PositiveInt = 128
+    greedy: bool = Field(True, description="report greedy play (true) or sampled play (false) as 'eval'")
+
+
+class OutputSection(Section):
+    root: Text = "runs"
+    name: Optional[Text] = Field(None, description="run folder name; null: '<algo>-<env>-<time>'")
+    gif: bool = True
+    plot: bool = True
+    checkpoint: bool = True
+    checkpoint_every: PositiveInt = Field(5, description="save every this many jitted calls (and at the end)")
+    resume: Optional[Text] = Field(None, description="a run folder or checkpoint folder to continue from")
+
+
+class DistributedSection(Section):
+    coordinator: Optional[Text] = Field(None, description="'host:port' starts jax.distributed; null: one process")
+    num_processes: PositiveInt = 1
+    process_id: NonNegativeInt = 0
+
+    @model_validator(mode="after")
+    def _process_in_range(self):
+        if self.process_id >= self.num_processes:
+            raise _cross_field(
+                f"distributed.process_id = {self.process_id} must be less than distributed.num_processes = "
+                f"{self.num_processes}",
+                "distributed.process_id", "distributed.num_processes",
+            )
+        return self
+
+
+class Config(Section):
+    """A whole training run. Immutable; ``model_dump()`` is the plain tree saved as config.yaml."""
+
+    algo: Literal["ippo", "mappo"] = Field("ippo", description="the critic sees: own observation (ippo), world (mappo)")
+    seed: NonNegativeInt = 0
+    num_seeds: PositiveInt = Field(1, description="seeds trained at once with jax.vmap")
+    env: EnvSection = Field(default_factory=EnvSection)
+    network: NetworkSection = Field(default_factory=NetworkSection)
+    train: TrainSection = Field(default_factory=TrainSection)
+    shaping: ShapingSection = Field(default_factory=ShapingSection)
+    eval: EvalSection = Field(default_factory=EvalSection)
+    output: OutputSection = Field(default_factory=OutputSection)
+    distributed: DistributedSection = Field(default_factory=DistributedSection)
+
+
+def _schema_keys(model: type = Config, prefix: str = "") -> Dict[str, bool]:
+    """Every dotted key of the schema -> whether it is a section."""
+    keys = {}
+    for name, field in model.model_fields.items():
+        kind = field.annotation
+        is_section = isinstance(kind, type) and issubclass(kind, BaseModel)
+        keys[prefix + name] = is_section
+        if is_section:
+            keys.update(_schema_keys(kind, prefix + name + "."))
+    return keys
+
+
+KEYS = _schema_keys()
+
+
+# --- reading layers ----------------------------------------------------------------------------
+def _leaves(tree: Mapping, prefix: str = "") -> Iterator[Tuple[str, Any]]:
     for key, value in tree.items():
-        path = f"{prefix}{key}"
-        if isinstance(value, dict):
-            out.update(_flatten(value, path + "."))
+        dotted = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            yield from _leaves(value, dotted + ".")
         else:
-            out[path] = value
-    return out
+            yield dotted, value
 
 
-def _set(config: Dict[str, Any], dotted: str, value: Any, where: str) -> None:
+def _unknown_key(dotted: str) -> str:
     parts = dotted.split(".")
-    node = config
-    for i, part in enumerate(parts):
-        if not isinstance(node, dict) or part not in node:
-            known = sorted(_flatten(DEFAULTS))
-            raise ConfigError(f"{where}: unknown config key {dotted!r}; known keys: {', '.join(known)}")
-        if i == len(parts) - 1:
-            if isinstance(node[part], dict):
-                raise ConfigError(f"{where}: {dotted!r} is a section; set one of its keys, e.g. {dotted}.<key>=...")
-            node[part] = value
-        else:
+    for i in range(1, len(parts)):
+        head = ".".join(parts[:i])
+        if KEYS.get(head) is False:
+            return f"{head!r} is a value, not a section; {dotted!r} does not exist"
+    section, last = ".".join(parts[:-1]), parts[-1]
+    if KEYS.get(section):  # a known section: compare the last part with its keys
+        names = [k[len(section) + 1:] for k in KEYS if k.startswith(section + ".") and "." not in k[len(section) + 1:]]
+        close = [f"{section}.{k}" for k in difflib.get_close_matches(last, names, n=3, cutoff=0.6)]
+        listing = f"keys of {section}: {', '.join(names)}"
+    else:
+        close = difflib.get_close_matches(dotted, [k for k, sec in KEYS.items() if not sec], n=3, cutoff=0.6)
+        listing = f"top-level keys: {', '.join(k for k in KEYS if '.' not in k)}"
+    text = f"unknown config key {dotted!r}"
+    if close:
+        text += f" (did you mean {' or '.join(repr(k) for k in close)}?)"
+    text += "; " + listing
+    return text
+
+
+class _Layers:
+    """The nested config tree being built, and where each of its values came from."""
+
+    def __init__(self, algo: str):
+        self.tree: Dict[str, Any] = Config().model_dump()
+        self.tree["algo"] = algo
+        self.source: Dict[str, str] = {}
+
+    def apply(self, update: Any, where: str) -> None:
+        if not isinstance(update, Mapping):
+            raise ConfigError(f"{where}: expected a mapping of config keys, got {type(update).__name__}")
+        for dotted, value in _leaves(update):
+            self.set(dotted, value, where)
+
+    def set(self, dotted: str, value: Any, where: str) -> None:
+        if dotted not in KEYS:
+            raise ConfigError(f"{where}: {_unknown_key(dotted)}")
+        if KEYS[dotted]:
+            raise ConfigError(f"{where}: {dotted!r} is a section; set one of its keys, e.g. {dotted}.<key>=...")
+        *path, last = dotted.split(".")
+        node = self.tree
+        for part in path:
             node = node[part]
+        node[last] = value
+        self.source[dotted] = where
+
+    def validate(self) -> Config:
+        try:
+            return Config.model_validate(self.tree)
+        except ValidationError as err:
+            raise ConfigError("\n".join(self._explain(e) for e in err.errors(include_url=False))) from None
+
+    def _explain(self, error: Dict[str, Any]) -> str:
+        if error["type"] == "cross_field":
+            keys = error["ctx"]["keys"]
+            where = ", ".join(dict.fromkeys(self.source.get(k, "defaults") for k in keys))
+            return f"{where}: {error['msg']}"
+        loc = [str(part) for part in error["loc"]]
+        while len(loc) > 1 and ".".join(loc) not in KEYS:  # drop union-member tags pydantic appends
+            loc.pop()
+        dotted = ".".join(loc)
+        where = self.source.get(dotted, "defaults")
+        if error["type"] == "extra_forbidden":
+            return f"{where}: {_unknown_key(dotted)}"
+        message = error["msg"]
+        if message.startswith("Input should be "):
+            message = "must be " + message[len("Input should be "):]
+        return f"{where}: {dotted} {message}, got {_short(error['input'])}"
 
 
-def merge(config: Dict[str, Any], update: Dict[str, Any], where: str) -> Dict[str, Any]:
-    """A copy of ``config`` with every leaf of the nested ``update`` set (unknown keys raise)."""
-    if not isinstance(update, dict):
-        raise ConfigError(f"{where}: expected a mapping of config keys, got {type(update).__name__}")
-    out = copy.deepcopy(config)
-    for dotted, value in _flatten(update).items():
-        _set(out, dotted, value, where)
-    return out
+def _short(value: Any, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def parse_override(text: str) -> tuple:
-    """``"train.lr=3e-4"`` -> ``("train.lr", 0.0003)``; the value is read as YAML."""
+def parse_override(text: str) -> Tuple[str, Any]:
+    """``"train.lr=3e-4"`` -> ``("train.lr", "3e-4")``: the value read as YAML (numbers typed by the schema)."""
     if "=" not in text:
         raise ConfigError(f"override {text!r}: expected key=value, e.g. train.num_envs=512")
     key, raw = text.split("=", 1)
     try:
         value = yaml.safe_load(raw) if raw.strip() else None
     except yaml.YAMLError as err:
-        raise ConfigError(f"override {text!r}: value {raw!r} is not valid YAML ({err})") from None
-    # YAML 1.1 reads "3e-4" as a string; accept the usual float spelling.
-    if isinstance(value, str):
-        try:
-            value = float(value)
-        except ValueError:
-            pass
+        problem = str(getattr(err, "problem", None) or "not valid YAML")
+        raise ConfigError(f"override {text!r}: value {_short(raw)} is not valid YAML ({problem})") from None
     return key.strip(), value
 
 
-def load_yaml(path: Path) -> Dict[str, Any]:
+def load_yaml(path: Union[str, Path]) -> Dict[str, Any]:
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"config file {path} does not exist")
-    with open(path) as f:
-        data = yaml.safe_load(f) or {}
+    try:
+        with open(path) as f:
+            data = yaml.safe_load(f)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        at = f" at line {mark.line + 1}" if mark is not None else ""
+        raise ConfigError(f"{path}: not valid YAML{at} ({getattr(err, 'problem', None) or err})") from None
+    if data is None:
+        return {}
     if not isinstance(data, dict):
-        raise ConfigError(f"{path}: expected a mapping of config keys at the top level")
+        raise ConfigError(f"{path}: expected a mapping of config keys at the top level, got {type(data).__name__}")
     return data
 
 
-def _check_number(flat: Dict[str, Any], key: str, kind, where: str) -> None:
-    value = flat[key]
-    if isinstance(value, bool) or not isinstance(value, kind):
-        raise ConfigError(f"{where}: {key} must be {kind.__name__ if isinstance(kind, type) else 'a number'}, got {value!r}")
-
-
-def validate(config: Dict[str, Any], where: str = "config") -> Dict[str, Any]:
-    """Checks types, ranges and choices; returns the config unchanged or raises ConfigError."""
-    flat = _flatten(config)
-    for key, allowed in CHOICES.items():
-        if flat[key] not in allowed:
-            raise ConfigError(f"{where}: {key} must be one of {allowed}, got {flat[key]!r}")
-    for key in POSITIVE_INTS:
-        _check_number(flat, key, int, where)
-        if flat[key] < 1:
-            raise ConfigError(f"{where}: {key} must be >= 1, got {flat[key]!r}")
-    for key in BOOLS:
-        if not isinstance(flat[key], bool):
-            raise ConfigError(f"{where}: {key} must be true or false, got {flat[key]!r}")
-    for key in ("seed", "train.num_devices", "env.pool_size", "train.stall_seconds"):
-        _check_number(flat, key, int, where)
-        if flat[key] < 0:
-            raise ConfigError(f"{where}: {key} must be >= 0, got {flat[key]!r}")
-    for key in ("train.lr", "train.gamma", "train.gae_lambda", "train.clip_eps", "train.ent_coef", "train.vf_coef",
-                "train.max_grad_norm", "shaping.coef",
-                "shaping.align_weight", "shaping.reach_weight"):
-        _check_number(flat, key, (int, float), where)
-        if flat[key] < 0:
-            raise ConfigError(f"{where}: {key} must be >= 0, got {flat[key]!r}")
-    for key in ("train.gamma", "train.gae_lambda"):
-        if flat[key] > 1:
-            raise ConfigError(f"{where}: {key} must be in [0, 1], got {flat[key]!r}")
-    if flat["train.target_success"] is not None:
-        _check_number(flat, "train.target_success", (int, float), where)
-    env = config["env"]
-    if (env["scenario"] is None) == (env["n"] is None):
-        raise ConfigError(
-            f"{where}: set exactly one of env.scenario (e.g. easy) and env.n (e.g. 4); "
-            f"got scenario={env['scenario']!r}, n={env['n']!r} (use env.scenario=null env.n=4 for the curriculum)"
-        )
-    if env["n"] is not None:
-        _check_number(flat, "env.n", int, where)
-        if env["n"] < 1:
-            raise ConfigError(f"{where}: env.n must be >= 1, got {env['n']!r}")
-    if env["max_steps"] is not None:
-        _check_number(flat, "env.max_steps", int, where)
-    train = config["train"]
-    batch = train["num_envs"] * train["num_steps"]
-    if batch % train["num_minibatches"]:
-        raise ConfigError(
-            f"{where}: train.num_envs * train.num_steps = {batch} must be divisible by "
-            f"train.num_minibatches = {train['num_minibatches']}"
-        )
-    if train["total_timesteps"] < batch:
-        raise ConfigError(
-            f"{where}: train.total_timesteps = {train['total_timesteps']} is less than one update "
-            f"(num_envs * num_steps = {batch})"
-        )
-    return config
-
-
-def env_kwargs(config: Dict[str, Any]) -> Dict[str, Any]:
-    """Keyword arguments for ``cube_jax.make`` described by ``config["env"]``."""
-    env = config["env"]
-    kwargs: Dict[str, Any] = {"observation": env["observation"], "view_radius": env["view_radius"]}
-    if env["scenario"] is not None:
-        kwargs["scenario"] = env["scenario"]
-    else:
-        kwargs["n"] = env["n"]
-        kwargs["pool_size"] = env["pool_size"]
-    if env["max_steps"] is not None:
-        kwargs["max_steps"] = env["max_steps"]
-    return kwargs
+def presets() -> List[str]:
+    """Names usable with ``--preset``: the files of configs/ other than the algorithms' own."""
+    return sorted(p.stem for p in CONFIG_DIR.glob("*.yaml") if p.stem not in ALGO_FILES)
 
 
 def build(
     algo: str,
-    config_files: Iterable[Path] = (),
-    preset=None,
+    config_files: Iterable[Union[str, Path]] = (),
+    preset: Union[None, str, Sequence[str]] = None,
     overrides: Iterable[str] = (),
-) -> Dict[str, Any]:
-    """Layers DEFAULTS, configs/<algo>.yaml, extra files, presets and overrides; validated.
+) -> Config:
+    """Layers the defaults, configs/<algo>.yaml, extra files, presets and overrides; validated.
 
     ``preset`` is a name of ``configs/NAME.yaml`` or a list of names, applied in order.
     """
-    config = merge(DEFAULTS, {"algo": algo}, "defaults")
+    parsed = [(f"override {text!r}", *parse_override(text)) for text in overrides]
+    layers = _Layers(algo)
     algo_file = CONFIG_DIR / f"{algo}.yaml"
     if algo_file.is_file():
-        config = merge(config, load_yaml(algo_file), str(algo_file))
+        layers.apply(load_yaml(algo_file), str(algo_file))
     for path in config_files:
-        config = merge(config, load_yaml(Path(path)), str(path))
-    presets = [] if preset is None else [preset] if isinstance(preset, str) else list(preset)
-    for name in presets:
+        layers.apply(load_yaml(path), str(path))
+    for name in [] if preset is None else [preset] if isinstance(preset, str) else list(preset):
         preset_file = CONFIG_DIR / f"{name}.yaml"
         if not preset_file.is_file():
-            names = sorted(p.stem for p in CONFIG_DIR.glob("*.yaml") if p.stem not in ("ippo", "mappo"))
-            raise ConfigError(f"--preset {name!r}: no file {preset_file}; available presets: {names}")
-        config = merge(config, load_yaml(preset_file), str(preset_file))
-    parsed = [(text, *parse_override(text)) for text in overrides]
-    for text, key, value in parsed:
-        _set(config, key, value, f"override {text!r}")
-    resume = config["output"]["resume"]
+            raise ConfigError(f"--preset {name!r}: no file {preset_file}; available presets: {presets()}")
+        layers.apply(load_yaml(preset_file), str(preset_file))
+    for where, key, value in parsed:
+        layers.set(key, value, where)
+    resume = layers.tree["output"]["resume"]
     if resume is not None:
         # A resumed run continues with its own saved config; the command line may still change values.
         saved = _resumed_config_file(resume)
-        config = merge(merge(DEFAULTS, {"algo": algo}, "defaults"), load_yaml(saved), str(saved))
-        for text, key, value in parsed:
-            _set(config, key, value, f"override {text!r}")
-    return validate(config)
+        layers = _Layers(algo)
+        layers.apply(load_yaml(saved), str(saved))
+        for where, key, value in parsed:
+            layers.set(key, value, where)
+    return layers.validate()
 
 
 def _resumed_config_file(resume) -> Path:
-    path = Path(resume)
+    path = Path(str(resume))
     run_dir = path.parent if path.name == "checkpoint" else path
     saved = run_dir / "config.yaml"
     if not saved.is_file():
@@ -307,20 +393,15 @@ def _resumed_config_file(resume) -> Path:
     return saved
 
 
-def parse_args(algo: str, argv: Optional[List[str]] = None) -> Dict[str, Any]:
-    """Command line of the baseline scripts -> validated config (exits with a message on bad input)."""
-    parser = argparse.ArgumentParser(
-        prog=f"baselines/{algo}.py",
-        description=f"Train {algo.upper()} on CUBE. Overrides are key=value, e.g. env.scenario=hard train.num_envs=512.",
-    )
-    parser.add_argument("overrides", nargs="*", help="config overrides key=value (see cube_jax/rl/config.py DEFAULTS)")
-    parser.add_argument("--config", action="append", default=[], help="extra YAML config file(s), applied in order")
-    parser.add_argument(
-        "--preset", action="append", default=[],
-        help="a preset file from configs/, e.g. --preset hard --preset gpu (repeatable, applied in order)",
-    )
-    args = parser.parse_args(argv)
-    try:
-        return build(algo, args.config, args.preset, args.overrides)
-    except ConfigError as err:
-        parser.error(str(err))
+def env_kwargs(config: Config) -> Dict[str, Any]:
+    """Keyword arguments for ``cube_jax.make`` described by ``config.env``."""
+    env = config.env
+    kwargs: Dict[str, Any] = {"observation": env.observation, "view_radius": env.view_radius}
+    if env.scenario is not None:
+        kwargs["scenario"] = env.scenario
+    else:
+        kwargs["n"] = env.n
+        kwargs["pool_size"] = env.pool_size
+    if env.max_steps is not None:
+        kwargs["max_steps"] = env.max_steps
+    return kwargs

@@ -28,15 +28,21 @@ class MLP(nn.Module):
 
 
 class Actor(nn.Module):
-    """float32[..., D] observation -> float32[..., A] action logits."""
+    """float32[..., *F] observation -> float32[..., A] action logits.
+
+    ``feature_dims`` is the number of trailing feature axes ``F`` of one agent's
+    observation (1 for vectors, 3 for the ``[K, K, 6]`` grid), flattened before the MLP.
+    """
 
     num_actions: int
     hidden: int = 64
     layers: int = 2
     activation: str = "tanh"
+    feature_dims: int = 1
 
     @nn.compact
     def __call__(self, observation: jax.Array) -> jax.Array:
+        observation = flat_features(observation, observation.ndim - self.feature_dims)
         return MLP(self.hidden, self.layers, self.num_actions, self.activation, head_scale=0.01)(observation)
 
 
@@ -52,10 +58,13 @@ class Critic(nn.Module):
         return MLP(self.hidden, self.layers, 1, self.activation, head_scale=1.0)(critic_input)[..., 0]
 
 
-def build_networks(network_config: dict, num_actions: int):
-    """(Actor, Critic) modules from the ``network`` section of a config."""
+def build_networks(network_config: dict, num_actions: int, feature_dims: int = 1):
+    """(Actor, Critic) modules from the ``network`` section of a config (as a plain dict).
+
+    ``feature_dims``: trailing feature axes of one agent's observation (see :class:`Actor`).
+    """
     kw = dict(hidden=network_config["hidden"], layers=network_config["layers"], activation=network_config["activation"])
-    return Actor(num_actions=num_actions, **kw), Critic(**kw)
+    return Actor(num_actions=num_actions, feature_dims=feature_dims, **kw), Critic(**kw)
 
 
 def flat_features(x: jax.Array, batch_dims: int) -> jax.Array:

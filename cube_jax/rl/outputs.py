@@ -11,6 +11,8 @@ from typing import Any, Dict, Iterable, List, Optional
 import numpy as np
 import yaml
 
+from cube_jax.rl.config import Config
+
 METRICS_FILE = "metrics.jsonl"
 SUMMARY_FILE = "summary.json"
 CURVE_FILE = "learning_curve.png"
@@ -19,23 +21,23 @@ CONFIG_FILE = "config.yaml"
 CHECKPOINT_DIR = "checkpoint"
 
 
-def run_name(config: Dict[str, Any]) -> str:
-    env = config["env"]
-    world = env["scenario"] if env["scenario"] is not None else f"n{env['n']}"
+def run_name(config: Config) -> str:
+    env = config.env
+    world = env.scenario if env.scenario is not None else f"n{env.n}"
     world = Path(str(world)).stem  # a scenario path names the run by its file
-    return f"{config['algo']}-{world}-{time.strftime('%Y%m%d-%H%M%S')}"
+    return f"{config.algo}-{world}-{time.strftime('%Y%m%d-%H%M%S')}"
 
 
-def make_run_dir(config: Dict[str, Any]) -> Path:
-    """Creates (or, when resuming, reuses) the run folder and writes config.yaml into it."""
-    out = config["output"]
-    if out["resume"] is not None:
-        run_dir = resume_run_dir(out["resume"])
+def make_run_dir(config: Config) -> Path:
+    """Creates (or, when resuming, reuses) the run folder and writes config.yaml (plain YAML) into it."""
+    out = config.output
+    if out.resume is not None:
+        run_dir = resume_run_dir(out.resume)
     else:
-        run_dir = Path(out["root"]) / (out["name"] or run_name(config))
+        run_dir = Path(out.root) / (out.name or run_name(config))
         run_dir.mkdir(parents=True, exist_ok=True)
     with open(run_dir / CONFIG_FILE, "w") as f:
-        yaml.safe_dump(config, f, sort_keys=False)
+        yaml.safe_dump(config.model_dump(), f, sort_keys=False)
     return run_dir
 
 
@@ -167,4 +169,23 @@ def progress_line(row: Dict[str, Any], num_updates: int, steps_per_second: float
         f"update {row['update']:>5}/{num_updates}  env-steps {row['env_steps']:>11,}  "
         f"{steps_per_second:>9,.0f} steps/s  return {fmt('episode_return', '+.3f')}  "
         f"success {fmt('success_rate')}  blocks delivered {fmt('blocks_delivered_frac')}"
+    )
+
+
+def eval_line(summary: Dict[str, Any]) -> str:
+    """The run's last line: which seed's policy was saved and every seed's evaluation.
+
+    >>> eval_line({"eval": {"greedy": True, "episodes": 128, "success_rate": 1.0, "blocks_delivered_frac": 1.0,
+    ...            "return_mean": 1.25}, "policy_seed_index": 2, "checkpoint": "runs/x/checkpoint",
+    ...            "eval_per_seed": {"success_rate": [1.0, 0.75, 1.0, 0.98], "blocks_delivered_frac": [1, 1, 1, 1]}})
+    'eval (greedy, 128 episodes): seed 2 reported and saved: success 1.00, blocks delivered 1.00, return +1.250; success per seed: [0: 1.00, 1: 0.75, 2: 1.00, 3: 0.98]'
+    """
+    ev = summary["eval"]
+    per_seed = ", ".join(f"{i}: {rate:.2f}" for i, rate in enumerate(summary["eval_per_seed"]["success_rate"]))
+    return (
+        f"eval ({'greedy' if ev['greedy'] else 'sampled'}, {ev['episodes']} episodes): "
+        f"seed {summary['policy_seed_index']} reported{' and saved' if 'checkpoint' in summary else ''}: "
+        f"success {ev['success_rate']:.2f}, "
+        f"blocks delivered {ev['blocks_delivered_frac']:.2f}, return {ev['return_mean']:+.3f}; "
+        f"success per seed: [{per_seed}]"
     )

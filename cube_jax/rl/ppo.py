@@ -12,9 +12,10 @@ what the critic sees:
 
 ``make_train(config)`` returns ``train(key)``: rollouts and updates in nested
 ``lax.scan``s, the whole run one jitted program; ``jax.vmap(train)(keys)`` trains several
-seeds at once. :class:`PPO` exposes the same pieces (``init``, ``update``, ``evaluate``) so
-that :mod:`cube_jax.rl.run` can run the updates in jitted chunks to show progress, save
-checkpoints and shard the env batch over a device mesh.
+seeds at once. :class:`PPO` is a :class:`~cube_jax.rl.trainer.Trainer`: the driver
+(:mod:`cube_jax.rl.run`) runs the same updates (:func:`~cube_jax.rl.trainer.update_chunk`)
+in jitted chunks to show progress, save checkpoints and shard the env batch over a device
+mesh.
 """
 from __future__ import annotations
 
@@ -28,10 +29,11 @@ from flax import struct
 
 import cube_jax
 from cube_jax.core.observations import grid_observation
-from cube_jax.rl.config import env_kwargs
+from cube_jax.rl.config import Config, env_kwargs
 from cube_jax.rl.gae import bootstrap_values, gae
 from cube_jax.rl.networks import build_networks
 from cube_jax.rl.shaping import ShapingWrapper
+from cube_jax.rl.trainer import update_chunk
 from cube_jax.core.types import EnvConfig, State
 from cube_jax.core.wrappers import AutoResetWrapper, LogWrapper
 
@@ -137,28 +139,30 @@ def _mask_mean(x: jax.Array, mask: jax.Array) -> jax.Array:
 class PPO:
     """IPPO/MAPPO for one seed; vmap its methods over seeds."""
 
-    def __init__(self, config: Dict[str, Any]):
+    def __init__(self, config: Config):
         self.config = config
-        self.train_cfg = t = config["train"]
+        self.train_cfg = t = config.train
         self.env_kwargs = env_kwargs(config)
         self.env = cube_jax.make(**self.env_kwargs)
-        self.critic_kind = "obs" if config["algo"] == "ippo" else config["network"]["critic_input"]
+        self.critic_kind = "obs" if config.algo == "ippo" else config.network.critic_input
         env = self.env
-        if config["shaping"]["enabled"]:
-            shaping = config["shaping"]
-            env = ShapingWrapper(env, t["gamma"], shaping["align_weight"], shaping["reach_weight"])
+        shaping = config.shaping
+        if shaping.enabled:
+            env = ShapingWrapper(env, t.gamma, shaping.align_weight, shaping.reach_weight)
         self.train_env = LogWrapper(AutoResetWrapper(FinalCriticInputWrapper(env, self.critic_kind)))
-        self.shaping_coef = float(config["shaping"]["coef"]) if config["shaping"]["enabled"] else 0.0
-        self.actor, self.critic = build_networks(config["network"], self.env.num_actions)
-        self.num_envs, self.num_steps = t["num_envs"], t["num_steps"]
-        self.num_updates = t["total_timesteps"] // (self.num_envs * self.num_steps)
+        self.shaping_coef = float(shaping.coef) if shaping.enabled else 0.0
+        # The actor flattens every feature axis of one agent's observation (several for "grid").
+        feature_dims = len(self.env.observation_shape) - 1
+        self.actor, self.critic = build_networks(config.network.model_dump(), self.env.num_actions, feature_dims)
+        self.num_envs, self.num_steps = t.num_envs, t.num_steps
+        self.num_updates = t.total_timesteps // (self.num_envs * self.num_steps)
         self.num_agents = self.env.num_agents
         self.batch_size = self.num_envs * self.num_steps * self.num_agents  # samples per update
-        self.minibatch_size = self.batch_size // t["num_minibatches"]
+        self.minibatch_size = self.batch_size // t.num_minibatches
         # The learning rate is applied in _minibatch_step rather than inside optax so that the
         # annealing horizon (total updates) is a traced value: a resumed run with a longer
         # budget reuses the compiled program.
-        self.optimizer = optax.chain(optax.clip_by_global_norm(t["max_grad_norm"]), optax.scale_by_adam(eps=1e-5))
+        self.optimizer = optax.chain(optax.clip_by_global_norm(t.max_grad_norm), optax.scale_by_adam(eps=1e-5))
 
     @property
     def steps_per_update(self) -> int:
@@ -168,9 +172,9 @@ class PPO:
     def learning_rate(self, updates_done: jax.Array, num_updates: jax.Array) -> jax.Array:
         """float32[]: ``lr``, linearly annealed to 0 over ``num_updates`` when ``anneal_lr``."""
         t = self.train_cfg
-        if not t["anneal_lr"]:
-            return jnp.float32(t["lr"])
-        return t["lr"] * jnp.maximum(1.0 - updates_done.astype(jnp.float32) / num_updates, 0.0)
+        if not t.anneal_lr:
+            return jnp.float32(t.lr)
+        return t.lr * jnp.maximum(1.0 - updates_done.astype(jnp.float32) / num_updates, 0.0)
 
     # -- pieces ---------------------------------------------------------------------------------
     def critic_inputs(self, env_state, obs: jax.Array) -> jax.Array:
@@ -182,7 +186,7 @@ class PPO:
         key, k_actor, k_critic, k_env = jax.random.split(key, 4)
         env_state, ts = jax.vmap(self.train_env.reset)(jax.random.split(k_env, self.num_envs))
         obs = ts.observation
-        if self.train_cfg["stagger_start"]:
+        if self.train_cfg.stagger_start:
             env_state, obs = self._stagger(env_state, jax.random.fold_in(k_env, 1))
         sample_critic = self.critic_inputs(env_state, obs)[0, 0]
         params = {
@@ -190,6 +194,25 @@ class PPO:
             "critic": self.critic.init(k_critic, sample_critic),
         }
         return Runner(params, self.optimizer.init(params), env_state, obs, key, jnp.int32(0))
+
+    def updates_done(self, runner: Runner) -> jax.Array:
+        """int32[]: updates this runner has made."""
+        return runner.update
+
+    def env_batched(self, runner: Runner) -> Runner:
+        """Which leaves of ``runner`` have the env axis first: the environments and their observations."""
+        return Runner(
+            params=jax.tree.map(lambda _: False, runner.params),
+            opt_state=jax.tree.map(lambda _: False, runner.opt_state),
+            env_state=jax.tree.map(lambda _: True, runner.env_state),
+            obs=True,
+            key=False,
+            update=False,
+        )
+
+    def policy_params(self, runner: Runner):
+        """The actor's parameters: what :meth:`evaluate` and a saved policy need."""
+        return runner.params["actor"]
 
     def _stagger(self, env_state, key: jax.Array):
         """Start every env's first episode at a random step count in [0, max_steps).
@@ -235,7 +258,7 @@ class PPO:
         terminated = traj.terminated[..., None]
         truncated = traj.truncated[..., None]
         boot = bootstrap_values(traj.value, last_value, final_values, terminated, truncated)
-        return gae(traj.reward, traj.value, boot, terminated | truncated, t["gamma"], t["gae_lambda"])
+        return gae(traj.reward, traj.value, boot, terminated | truncated, t.gamma, t.gae_lambda)
 
     def _loss(self, params, batch: Dict[str, jax.Array]):
         t = self.train_cfg
@@ -244,7 +267,7 @@ class PPO:
         log_prob = pi.log_prob(batch["action"])
         value = self.critic.apply(params["critic"], batch["critic_in"])
         # Clipped value loss keeps the critic from jumping far from the values the data was collected with.
-        value_clipped = batch["value"] + jnp.clip(value - batch["value"], -t["clip_eps"], t["clip_eps"])
+        value_clipped = batch["value"] + jnp.clip(value - batch["value"], -t.clip_eps, t.clip_eps)
         value_loss = 0.5 * jnp.mean(
             jnp.maximum(jnp.square(value - batch["target"]), jnp.square(value_clipped - batch["target"]))
         )
@@ -253,16 +276,16 @@ class PPO:
         log_ratio = log_prob - batch["log_prob"]
         ratio = jnp.exp(log_ratio)
         policy_loss = -jnp.mean(
-            jnp.minimum(ratio * adv, jnp.clip(ratio, 1.0 - t["clip_eps"], 1.0 + t["clip_eps"]) * adv)
+            jnp.minimum(ratio * adv, jnp.clip(ratio, 1.0 - t.clip_eps, 1.0 + t.clip_eps) * adv)
         )
         entropy = jnp.mean(pi.entropy())
-        total = policy_loss + t["vf_coef"] * value_loss - t["ent_coef"] * entropy
+        total = policy_loss + t.vf_coef * value_loss - t.ent_coef * entropy
         stats = {
             "policy_loss": policy_loss,
             "value_loss": value_loss,
             "entropy": entropy,
             "approx_kl": jnp.mean((ratio - 1.0) - log_ratio),
-            "clip_frac": jnp.mean((jnp.abs(ratio - 1.0) > t["clip_eps"]).astype(jnp.float32)),
+            "clip_frac": jnp.mean((jnp.abs(ratio - 1.0) > t.clip_eps).astype(jnp.float32)),
         }
         return total, stats
 
@@ -274,7 +297,7 @@ class PPO:
         return (optax.apply_updates(params, updates), opt_state), stats
 
     def _epoch(self, carry, key, samples, lr):
-        m = self.train_cfg["num_minibatches"]
+        m = self.train_cfg.num_minibatches
         perm = jax.random.permutation(key, self.batch_size)
         minibatches = jax.tree.map(lambda x: x[perm].reshape((m, self.minibatch_size) + x.shape[1:]), samples)
         return jax.lax.scan(lambda c, b: self._minibatch_step(c, b, lr), carry, minibatches)
@@ -307,7 +330,7 @@ class PPO:
         (params, opt_state), stats = jax.lax.scan(
             lambda c, k: self._epoch(c, k, samples, lr),
             (runner.params, runner.opt_state),
-            jax.random.split(k_epochs, self.train_cfg["update_epochs"]),
+            jax.random.split(k_epochs, self.train_cfg.update_epochs),
         )
         ep, done = traj.episode, traj.episode["returned_episode"]
         metrics = {
@@ -383,17 +406,19 @@ class PPO:
         return summary(slice(0, episodes)), summary(slice(episodes, total)), film
 
 
-def make_train(config: Dict[str, Any]):
+def make_train(config: Config):
     """``train(key) -> {"runner": Runner, "metrics": {name: float32[num_updates]}}``, jitted.
 
     The whole run (init, every rollout and update) is one XLA program; vmap it over keys
-    to train several seeds at once: ``jax.jit(jax.vmap(make_train(config)))(keys)``.
+    to train several seeds at once: ``jax.jit(jax.vmap(make_train(config)))(keys)``. The
+    updates are :func:`~cube_jax.rl.trainer.update_chunk`, the program the chunked driver
+    runs, here as one chunk of the whole budget.
     """
     ppo = PPO(config)
 
     def train(key: jax.Array):
         runner = ppo.init(key)
-        runner, metrics = jax.lax.scan(lambda r, _: ppo.update(r), runner, None, ppo.num_updates)
+        runner, metrics = update_chunk(ppo, runner, ppo.num_updates, ppo.num_updates, ppo.num_updates)
         return {"runner": runner, "metrics": metrics}
 
     return jax.jit(train)

@@ -1,21 +1,27 @@
 """The baseline driver: trains, logs, checkpoints, evaluates and writes the run folder.
 
-Updates run in jitted chunks of ``train.updates_per_call`` (each chunk a ``lax.scan`` of
-whole PPO updates over every seed), so progress shows while it runs and a checkpoint can
-be written between chunks. Every chunk is one compiled program: a partial last chunk
-skips its surplus updates with ``lax.cond`` instead of compiling a shorter scan. The env batch is sharded over a 1-D device mesh (axis
-``"env"``); parameters and keys are replicated. With ``distributed.coordinator`` set,
-``jax.distributed`` joins several hosts first and the mesh spans all their devices.
+The driver knows a :class:`~cube_jax.rl.trainer.Trainer` only through its interface
+(``TRAINERS`` maps ``config.algo`` to one; IPPO and MAPPO are :class:`~cube_jax.rl.ppo.PPO`).
+Updates run in jitted chunks of ``train.updates_per_call``, each chunk
+:func:`~cube_jax.rl.trainer.update_chunk` (the program ``make_train`` runs) vmapped over
+every seed, so progress shows while it runs and a checkpoint can be written between
+chunks. Every chunk is one compiled program: a partial last chunk skips its surplus
+updates with ``lax.cond`` instead of compiling a shorter scan. The env batch is sharded
+over a 1-D device mesh (axis ``"env"``); the rest of the state is replicated. With
+``distributed.coordinator`` set, ``jax.distributed`` joins several hosts first and the
+mesh spans all their devices.
+
+Results reach the host through ``fetch(tree, what)`` (default ``jax.device_get``); the
+baseline scripts pass one that guards against a stalled CPU runtime. The driver reports
+through :mod:`logging` (one record per chunk) and never ends the process.
 """
 from __future__ import annotations
 
 import json
-import os
-import sys
-import threading
+import logging
 import time
 from pathlib import Path
-from typing import Any, Dict, Optional
+from typing import Any, Callable, Dict, Optional
 
 import jax
 import jax.numpy as jnp
@@ -23,176 +29,131 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from cube_jax.rl import checkpoint, outputs
-from cube_jax.rl.ppo import PPO, Runner
+from cube_jax.rl.config import Config
+from cube_jax.rl.ppo import PPO
+from cube_jax.rl.trainer import Trainer, update_chunk
+
+log = logging.getLogger(__name__)
+
+TRAINERS: Dict[str, Callable[[Config], Trainer]] = {"ippo": PPO, "mappo": PPO}
+Fetch = Callable[[Any, str], Any]  # fetch(device tree, what it is) -> the tree on the host
 
 
-class RuntimeStall(RuntimeError):
-    """The process used no CPU for ``stall_seconds`` while waiting for a result."""
+def device_get(tree, what: str):
+    """The default ``fetch``: ``jax.device_get``."""
+    return jax.device_get(tree)
 
 
-def wait_for(fetch, what: str, stall_seconds: float, poll: float = 5.0):
-    """``fetch()`` on a helper thread; RuntimeStall if the process stays idle ``stall_seconds``.
-
-    XLA's CPU runtime can wedge: every worker of its intra-op thread pool waits for work
-    while the host waits for a result that never comes (seen in 2 of about 15 MAPPO runs
-    on a 2-core machine; ``XLA_FLAGS=--xla_cpu_multi_thread_eigen=false`` avoids the pool,
-    and trained about 30 % slower there). A CPU computation keeps the process busy, so an
-    idle process means a stall. Not for accelerators, whose computations leave the host
-    idle by design.
-    """
-    done = threading.Event()
-    box: Dict[str, Any] = {}
-
-    def target():
-        try:
-            box["value"] = fetch()
-        except BaseException as err:  # re-raised on the caller's thread
-            box["error"] = err
-        finally:
-            done.set()
-
-    threading.Thread(target=target, name=f"fetch {what}", daemon=True).start()
-    idle, cpu = 0.0, time.process_time()
-    while not done.wait(poll):
-        now = time.process_time()
-        idle = idle + poll if now - cpu < 0.01 * poll else 0.0
-        cpu = now
-        if idle >= stall_seconds:
-            raise RuntimeStall(f"no CPU used for {idle:.0f} s while computing {what}")
-    if "error" in box:
-        raise box["error"]
-    return box["value"]
-
-
-def init_distributed(config: Dict[str, Any]) -> None:
-    dist = config["distributed"]
-    if dist["coordinator"] is not None:
+def init_distributed(config: Config) -> None:
+    dist = config.distributed
+    if dist.coordinator is not None:
         jax.distributed.initialize(
-            coordinator_address=dist["coordinator"],
-            num_processes=dist["num_processes"],
-            process_id=dist["process_id"],
+            coordinator_address=dist.coordinator,
+            num_processes=dist.num_processes,
+            process_id=dist.process_id,
         )
 
 
-def make_mesh(config: Dict[str, Any]) -> Mesh:
+def make_mesh(config: Config) -> Mesh:
     """1-D mesh over the devices that split the env batch."""
     devices = jax.devices()
-    wanted = config["train"]["num_devices"] or len(devices)
+    wanted = config.train.num_devices or len(devices)
     if wanted > len(devices):
         raise ValueError(f"train.num_devices={wanted} but only {len(devices)} devices are visible: {devices}")
-    num_envs = config["train"]["num_envs"]
+    num_envs = config.train.num_envs
     if num_envs % wanted:
         raise ValueError(f"train.num_envs={num_envs} must be divisible by the {wanted} devices of the mesh")
     return Mesh(np.asarray(devices[:wanted]), ("env",))
 
 
-def runner_shardings(mesh: Mesh, abstract: Runner) -> Runner:
-    """Shardings for a seed-batched Runner: env arrays split on axis 1 (after seeds), the rest replicated."""
+def state_shardings(mesh: Mesh, trainer: Trainer, abstract: Any) -> Any:
+    """Shardings for a seed-batched state: env-batched leaves split on axis 1 (after seeds), the rest replicated."""
     replicated = NamedSharding(mesh, PartitionSpec())
     by_env = NamedSharding(mesh, PartitionSpec(None, "env"))
-    return Runner(
-        params=jax.tree.map(lambda _: replicated, abstract.params),
-        opt_state=jax.tree.map(lambda _: replicated, abstract.opt_state),
-        env_state=jax.tree.map(lambda _: by_env, abstract.env_state),
-        obs=by_env,
-        key=replicated,
-        update=replicated,
-    )
+    one_seed = jax.tree.map(lambda s: jax.ShapeDtypeStruct(s.shape[1:], s.dtype), abstract)
+    return jax.tree.map(lambda batched: by_env if batched else replicated, trainer.env_batched(one_seed))
 
 
 class Session:
     """Compiled pieces of one training run over ``num_seeds`` seeds on a device mesh."""
 
-    def __init__(self, config: Dict[str, Any], mesh: Optional[Mesh] = None):
+    def __init__(self, config: Config, mesh: Optional[Mesh] = None, trainer: Optional[Trainer] = None,
+                 fetch: Fetch = device_get):
         self.config = config
-        self.ppo = PPO(config)
+        self.trainer = trainer if trainer is not None else TRAINERS[config.algo](config)
+        self.fetch_fn = fetch
         self.mesh = mesh if mesh is not None else make_mesh(config)
-        self.num_seeds = config["num_seeds"]
-        self.keys = jax.random.split(jax.random.PRNGKey(config["seed"]), self.num_seeds)
-        init = jax.vmap(self.ppo.init)
+        self.num_seeds = config.num_seeds
+        self.keys = jax.random.split(jax.random.PRNGKey(config.seed), self.num_seeds)
+        init = jax.vmap(self.trainer.init)
         abstract = jax.eval_shape(init, self.keys)
-        self.shardings = runner_shardings(self.mesh, abstract)
+        self.shardings = state_shardings(self.mesh, self.trainer, abstract)
         self.abstract = jax.tree.map(
             lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh), abstract, self.shardings
         )
         self.replicated = NamedSharding(self.mesh, PartitionSpec())
         self._init = jax.jit(init, out_shardings=self.shardings)
-        self.updates_per_call = config["train"]["updates_per_call"]
+        self.updates_per_call = config.train.updates_per_call
         self._chunk = jax.jit(
             self._chunk_fn, in_shardings=(self.shardings, self.replicated, self.replicated),
             out_shardings=(self.shardings, self.replicated), donate_argnums=0,
         )
         self._evaluate = jax.jit(jax.vmap(self._evaluate_fn, in_axes=(0, 0)))
 
-    def init(self) -> Runner:
+    def init(self):
         return self._init(self.keys)
 
-    def _chunk_fn(self, runner: Runner, active: jax.Array, num_updates: jax.Array):
-        """``updates_per_call`` scan steps of which the first ``active`` (int32[]) update.
+    def _chunk_fn(self, state, active: jax.Array, num_updates: jax.Array):
+        """Every seed's :func:`update_chunk`; metrics come back as ``{name: [updates_per_call, seeds]}``."""
+        chunk = jax.vmap(lambda s: update_chunk(self.trainer, s, active, num_updates, self.updates_per_call))
+        state, metrics = chunk(state)
+        return state, jax.tree.map(lambda m: jnp.swapaxes(m, 0, 1), metrics)
 
-        The rest pass the runner through unchanged, so every chunk, including a last partial
-        one, is the same compiled program. ``num_updates`` (int32[]) is the run's budget,
-        the learning-rate annealing horizon.
-        """
-        update = jax.vmap(lambda r: self.ppo.update(r, num_updates))
-        skipped = jax.tree.map(
-            lambda s: jnp.full(s.shape, jnp.nan, s.dtype) if jnp.issubdtype(s.dtype, jnp.floating)
-            else jnp.zeros(s.shape, s.dtype),
-            jax.eval_shape(update, runner)[1],
-        )
-
-        def one(r, i):
-            return jax.lax.cond(i < active, update, lambda c: (c, skipped), r)
-
-        return jax.lax.scan(one, runner, jnp.arange(self.updates_per_call))
-
-    def run_updates(self, runner: Runner, count: int):
-        """(runner, metrics {name: float[count, seeds]}) after ``count`` (<= updates_per_call) more updates."""
+    def run_updates(self, state, count: int):
+        """(state, metrics {name: float[count, seeds]}) after ``count`` (<= updates_per_call) more updates."""
         if not 1 <= count <= self.updates_per_call:
             raise ValueError(f"run_updates: count={count} must be in 1..train.updates_per_call={self.updates_per_call}")
-        runner, metrics = self._chunk(runner, np.int32(count), np.int32(self.ppo.num_updates))
-        return runner, jax.tree.map(lambda m: m[:count], metrics)
+        state, metrics = self._chunk(state, np.int32(count), np.int32(self.trainer.num_updates))
+        return state, jax.tree.map(lambda m: m[:count], metrics)
 
-    def _evaluate_fn(self, actor_params, key):
-        return self.ppo.evaluate(actor_params, key, self.config["eval"]["episodes"])
+    def _evaluate_fn(self, policy_params, key):
+        return self.trainer.evaluate(policy_params, key, self.config.eval.episodes)
 
-    def evaluate(self, runner: Runner, key: jax.Array):
-        """(greedy, sampled, film) per seed: evaluations {name: float[seeds, ...]} and every
-        seed's first greedy episode (states [seeds, T + 1, ...], done bool[seeds, T + 1])."""
+    def evaluate(self, state, key: jax.Array):
+        """(greedy, sampled, film) per seed, on the host: evaluations {name: float[seeds, ...]}
+        and every seed's first greedy episode (states [seeds, T + 1, ...], done bool[seeds, T + 1])."""
         keys = jax.random.split(key, self.num_seeds)
-        return self.fetch(self._evaluate(runner.params["actor"], keys), "the evaluation")
+        return self.fetch(self._evaluate(self.trainer.policy_params(state), keys), "the evaluation")
 
     def fetch(self, tree, what: str):
-        """``jax.device_get(tree)``, guarded against a stalled CPU runtime (see :func:`wait_for`)."""
-        stall = self.config["train"]["stall_seconds"]
-        if not stall or jax.default_backend() != "cpu" or jax.process_count() > 1:
-            return jax.device_get(tree)
-        return wait_for(lambda: jax.device_get(tree), what, stall)
+        """``tree`` on the host, through the session's ``fetch`` hook."""
+        return self.fetch_fn(tree, what)
+
+    def updates_done(self, state) -> np.ndarray:
+        """int[seeds]: updates each seed has made."""
+        return np.asarray(jax.device_get(self.trainer.updates_done(state)))
 
 
-def _actor_of(runner: Runner, seed_index: int):
-    return jax.device_get(jax.tree.map(lambda x: x[seed_index], runner.params["actor"]))
-
-
-def _policy_meta(session: Session, runner: Runner, seed_index: int) -> Dict[str, Any]:
-    ppo = session.ppo
+def _policy_meta(session: Session, state, seed_index: int) -> Dict[str, Any]:
+    trainer, config = session.trainer, session.config
+    updates = int(session.updates_done(state)[seed_index])
     return {
-        "algo": session.config["algo"],
-        "env_kwargs": ppo.env_kwargs,
-        "network": session.config["network"],
-        "observation_shape": list(ppo.env.observation_shape),
-        "num_actions": ppo.env.num_actions,
+        "algo": config.algo,
+        "env_kwargs": trainer.env_kwargs,
+        "network": config.network.model_dump(),
+        "observation_shape": list(trainer.env.observation_shape),
+        "num_actions": trainer.env.num_actions,
         "seed_index": seed_index,
-        "seed": session.config["seed"],
-        "updates": int(np.asarray(runner.update)[seed_index]),
-        "env_steps": int(np.asarray(runner.update)[seed_index]) * ppo.steps_per_update,
+        "seed": config.seed,
+        "updates": updates,
+        "env_steps": updates * trainer.steps_per_update,
     }
 
 
-def save(session: Session, runner: Runner, run_dir: Path, seed_index: int = 0) -> Path:
+def save(session: Session, state, run_dir: Path, seed_index: int = 0) -> Path:
+    policy = jax.device_get(jax.tree.map(lambda x: x[seed_index], session.trainer.policy_params(state)))
     return checkpoint.save_checkpoint(
-        run_dir / outputs.CHECKPOINT_DIR, runner, _actor_of(runner, seed_index),
-        _policy_meta(session, runner, seed_index),
+        run_dir / outputs.CHECKPOINT_DIR, state, policy, _policy_meta(session, state, seed_index),
     )
 
 
@@ -218,63 +179,57 @@ def _seed_mean(values: np.ndarray):
     return float(mean) if mean.ndim == 0 else [float(x) for x in mean]
 
 
-def _stop_stalled(err: RuntimeStall, config: Dict[str, Any], run_dir: Path) -> None:
-    """Says what happened and how to go on, then ends the process (the stalled threads cannot be joined)."""
-    script = f"baselines/{config['algo']}.py"
-    saved = (run_dir / outputs.CHECKPOINT_DIR / checkpoint.RUNNER_DIR).is_dir()
-    again = f"output.resume={run_dir}" if saved else "<the same arguments>   (no checkpoint was saved yet)"
-    print(
-        f"error: training stopped: {err}. XLA's CPU thread pool stalled; this is not a problem of the "
-        f"config. Go on with:\n  XLA_FLAGS=--xla_cpu_multi_thread_eigen=false python {script} {again}\n"
-        f"(train.stall_seconds={config['train']['stall_seconds']} sets how long an idle process is waited for)",
-        file=sys.stderr,
-    )
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(3)
-
-
-def train_and_report(config: Dict[str, Any], log=print) -> Dict[str, Any]:
-    """Runs the whole baseline described by ``config``; returns the summary it writes."""
+def open_run(config: Config) -> Path:
+    """Joins the other hosts (``distributed``), then creates or reopens the run folder."""
     init_distributed(config)
     run_dir = outputs.make_run_dir(config)
-    log(f"run folder: {run_dir}")
-    session = Session(config)
-    ppo = session.ppo
-    train, out = config["train"], config["output"]
-    log(
-        f"{config['algo'].upper()} on {ppo.env!r}; {session.num_seeds} seed(s), {ppo.num_envs} envs x "
-        f"{ppo.num_steps} steps per update, {ppo.num_updates} updates, mesh of {session.mesh.devices.size} "
-        f"device(s) {[d.platform for d in session.mesh.devices.flat][:1]}"
+    log.info("run folder: %s", run_dir)
+    return run_dir
+
+
+def train_and_report(config: Config, run_dir: Optional[Path] = None, fetch: Fetch = device_get,
+                     trainer: Optional[Trainer] = None) -> Dict[str, Any]:
+    """Runs the whole baseline described by ``config``; returns the summary it writes.
+
+    ``run_dir`` is :func:`open_run`'s folder (opened here when not given); ``fetch`` brings
+    each chunk's metrics and the evaluation to the host; ``trainer`` defaults to
+    ``TRAINERS[config.algo](config)``.
+    """
+    if run_dir is None:
+        run_dir = open_run(config)
+    session = Session(config, trainer=trainer, fetch=fetch)
+    trainer = session.trainer
+    train, out = config.train, config.output
+    log.info(
+        "%s on %r; %d seed(s), %d envs x %d steps per update, %d updates, mesh of %d device(s) %s",
+        config.algo.upper(), trainer.env, session.num_seeds, train.num_envs, train.num_steps, trainer.num_updates,
+        session.mesh.devices.size, [d.platform for d in session.mesh.devices.flat][:1],
     )
 
-    runner = session.init()
+    state = session.init()
     done_updates = 0
     wall_before = 0.0
-    if out["resume"] is not None:
-        runner = checkpoint.restore_runner(run_dir / outputs.CHECKPOINT_DIR, session.abstract)
-        done_updates = int(np.asarray(runner.update)[0])
+    if out.resume is not None:
+        state = checkpoint.restore_runner(run_dir / outputs.CHECKPOINT_DIR, session.abstract)
+        done_updates = int(session.updates_done(state)[0])
         previous = outputs.read_metrics(run_dir)
         previous = [r for r in previous if r["update"] <= done_updates]
         wall_before = previous[-1]["wall_seconds"] if previous else 0.0
         with open(run_dir / outputs.METRICS_FILE, "w") as f:  # drop rows written after the checkpoint
             f.writelines(json.dumps(r) + "\n" for r in previous)
-        log(f"resumed from {run_dir / outputs.CHECKPOINT_DIR} at update {done_updates}")
+        log.info("resumed from %s at update %d", run_dir / outputs.CHECKPOINT_DIR, done_updates)
 
-    per_call = train["updates_per_call"]
-    steps_per_update = ppo.steps_per_update * session.num_seeds
+    per_call = train.updates_per_call
+    steps_per_update = trainer.steps_per_update * session.num_seeds
     start = time.perf_counter()
     steady_start, steady_steps = None, 0  # throughput after the first (compiling) chunk
     reached_target_at: Optional[float] = None
     calls = 0
-    while done_updates < ppo.num_updates:
-        count = min(per_call, ppo.num_updates - done_updates)
+    while done_updates < trainer.num_updates:
+        count = min(per_call, trainer.num_updates - done_updates)
         t0 = time.perf_counter()
-        runner, metrics = session.run_updates(runner, count)
-        try:
-            metrics = session.fetch(metrics, f"updates {done_updates + 1}-{done_updates + count}")
-        except RuntimeStall as err:
-            _stop_stalled(err, config, run_dir)
+        state, metrics = session.run_updates(state, count)
+        metrics = session.fetch(metrics, f"updates {done_updates + 1}-{done_updates + count}")
         now = time.perf_counter()
         if steady_start is None:
             steady_start = now
@@ -286,26 +241,23 @@ def train_and_report(config: Dict[str, Any], log=print) -> Dict[str, Any]:
         done_updates += count
         calls += 1
         rate = count * steps_per_update / max(now - t0, 1e-9)
-        log(outputs.progress_line(outputs.chunk_row(rows), ppo.num_updates, rate))
+        log.info(outputs.progress_line(outputs.chunk_row(rows), trainer.num_updates, rate))
         success = _best_seed_success(metrics["success_rate"])
-        target = train["target_success"]
+        target = train.target_success
         if target is not None and reached_target_at is None and success >= target:
             reached_target_at = elapsed
             seeds = " (best seed)" if session.num_seeds > 1 else ""
-            log(f"training success rate{seeds} {success:.2f} >= {target} after {elapsed:.1f} s; stopping")
-        if out["checkpoint"] and (calls % out["checkpoint_every"] == 0 or reached_target_at is not None):
-            save(session, runner, run_dir)
+            log.info("training success rate%s %.2f >= %s after %.1f s; stopping", seeds, success, target, elapsed)
+        if out.checkpoint and (calls % out.checkpoint_every == 0 or reached_target_at is not None):
+            save(session, state, run_dir)
         if reached_target_at is not None:
             break
     wall = wall_before + time.perf_counter() - start
     steady_rate = steady_steps / (time.perf_counter() - steady_start) if steady_steps else None
 
-    eval_key = jax.random.PRNGKey(config["seed"] + 10_000)
-    try:
-        greedy, sampled, film = session.evaluate(runner, eval_key)
-    except RuntimeStall as err:
-        _stop_stalled(err, config, run_dir)
-    if not config["eval"]["greedy"]:  # the configured way of acting is what "eval" reports
+    greedy, sampled, film = session.evaluate(state, jax.random.PRNGKey(config.seed + 10_000))
+    other = "sampled" if config.eval.greedy else "greedy"
+    if not config.eval.greedy:  # the configured way of acting is what "eval" reports
         greedy, sampled = sampled, greedy
     # The saved policy is the seed that plays best in the configured way of acting, ties
     # broken by the other way and then by blocks delivered.
@@ -313,8 +265,8 @@ def train_and_report(config: Dict[str, Any], log=print) -> Dict[str, Any]:
                          + 1e-4 * greedy["blocks_delivered_frac"]))
     env_steps = done_updates * steps_per_update
     summary = {
-        "algo": config["algo"],
-        "env": ppo.env_kwargs,
+        "algo": config.algo,
+        "env": trainer.env_kwargs,
         "env_steps": int(env_steps),
         "updates": int(done_updates),
         "wall_seconds": round(wall, 2),
@@ -325,41 +277,29 @@ def train_and_report(config: Dict[str, Any], log=print) -> Dict[str, Any]:
         "devices": int(session.mesh.devices.size),
         # "eval" is the saved policy's (the best seed's); "eval_mean_over_seeds" averages all seeds.
         "eval": {k: _seed_value(v, best) for k, v in greedy.items()} | {
-            "episodes": config["eval"]["episodes"],
-            "greedy": config["eval"]["greedy"],
-            "block_weights": [int(w) for w in np.asarray(ppo.env.pool["block_weight"][0])]
-            if ppo.env.pool else list(ppo.env.source.weights),
+            "episodes": config.eval.episodes,
+            "greedy": config.eval.greedy,
+            "block_weights": [int(w) for w in np.asarray(trainer.env.pool["block_weight"][0])]
+            if trainer.env.pool else list(trainer.env.source.weights),
         },
-        ("eval_sampled" if config["eval"]["greedy"] else "eval_greedy"): {
-            k: _seed_value(v, best) for k, v in sampled.items()
-        },
+        f"eval_{other}": {k: _seed_value(v, best) for k, v in sampled.items()},
         "eval_mean_over_seeds": {k: _seed_mean(v) for k, v in greedy.items()},
         "eval_per_seed": {k: np.asarray(v).tolist() for k, v in greedy.items()},
-        "eval_sampled_per_seed": {k: np.asarray(v).tolist() for k, v in sampled.items()},
+        f"eval_{other}_per_seed": {k: np.asarray(v).tolist() for k, v in sampled.items()},
         "policy_seed_index": best,
         "final_train": {k: v for k, v in rows[-1].items() if not k.endswith("_per_seed")} if calls else None,
         "run_dir": str(run_dir),
     }
-    if out["checkpoint"]:
-        save(session, runner, run_dir, best)
+    if out.checkpoint:
+        save(session, state, run_dir, best)
         summary["checkpoint"] = str(run_dir / outputs.CHECKPOINT_DIR)
-    if out["plot"]:
-        outputs.plot_learning_curve(run_dir, f"{config['algo'].upper()} {ppo.env.name}")
-    if out["gif"]:
+    if out.plot:
+        outputs.plot_learning_curve(run_dir, f"{config.algo.upper()} {trainer.env.name}")
+    if out.gif:
         states, done = jax.tree.map(lambda x: x[best], film)  # the best seed's first greedy episode
         outputs.write_gif(states, done, run_dir / outputs.GIF_FILE)
     outputs.write_summary(run_dir, summary)
-    ev = summary["eval"]
-    log(
-        f"done: {env_steps:,} env steps in {wall:.1f} s ({summary['steps_per_second']:,.0f} steps/s); "
-        f"eval over {config['eval']['episodes']} episodes: success {ev['success_rate']:.2f}, "
-        f"blocks delivered {ev['blocks_delivered_frac']:.2f}, return {ev['return_mean']:+.3f}"
-    )
-    log(f"outputs in {run_dir}")
+    log.info("done: %s env steps in %.1f s (%s steps/s); outputs in %s",
+             f"{env_steps:,}", wall, f"{summary['steps_per_second']:,.0f}", run_dir)
+    log.info(outputs.eval_line(summary))
     return summary
-
-
-def main(algo: str, argv=None) -> Dict[str, Any]:
-    from cube_jax.rl.config import parse_args
-
-    return train_and_report(parse_args(algo, argv))

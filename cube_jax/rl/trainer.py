@@ -1,0 +1,66 @@
+"""What the baseline driver (:mod:`cube_jax.rl.run`) needs from a training algorithm, and
+the program of updates that both ``make_train`` and the driver run.
+
+A trainer holds pure functions over one seed's training state; the driver vmaps them over
+seeds, shards the env batch over a device mesh, runs updates in jitted chunks, saves
+checkpoints and evaluates. :class:`cube_jax.rl.ppo.PPO` (IPPO and MAPPO) is one.
+"""
+from __future__ import annotations
+
+from typing import Any, Dict, Protocol, Tuple
+
+import jax
+import jax.numpy as jnp
+
+Metrics = Dict[str, jax.Array]
+
+
+class Trainer(Protocol):
+    """One algorithm's training, for one seed; every method is pure and jit/vmap-able."""
+
+    env: Any  # the unshaped world (cube_jax.make(**env_kwargs)): evaluation, summary, GIF
+    env_kwargs: Dict[str, Any]  # keyword arguments of cube_jax.make for env
+    num_updates: int  # the config's budget of updates
+    steps_per_update: int  # env steps of one update
+
+    def init(self, key: jax.Array) -> Any:
+        """A fresh training state from a PRNG key."""
+
+    def update(self, state: Any, num_updates: jax.Array) -> Tuple[Any, Metrics]:
+        """One update: ``(state, {name: float32[] or int32[]})``; ``num_updates`` (int32[])
+        is the budget, e.g. the horizon a learning rate anneals over."""
+
+    def updates_done(self, state: Any) -> jax.Array:
+        """int32[]: updates made so far (a resumed run starts counting from here)."""
+
+    def env_batched(self, state: Any) -> Any:
+        """A tree like ``state`` of bools: True where a leaf's first axis is the env batch
+        (split over the device mesh); the rest is replicated."""
+
+    def policy_params(self, state: Any) -> Any:
+        """What acting needs: evaluated by :meth:`evaluate` and saved as the policy."""
+
+    def evaluate(self, policy_params: Any, key: jax.Array, episodes: int) -> Tuple[Dict, Dict, Any]:
+        """``(greedy, sampled, film)``: ``{name: float32[...]}`` over ``episodes`` episodes
+        acting greedily and sampled, and ``(states [T + 1, ...], done bool[T + 1])`` of one
+        greedy episode."""
+
+
+def update_chunk(trainer: Trainer, state: Any, active, num_updates, length: int) -> Tuple[Any, Metrics]:
+    """``length`` scan steps of ``trainer.update``, of which the first ``active`` update.
+
+    The rest pass the state through unchanged with NaN (integer metrics: 0) metrics, so
+    every chunk, a last partial one included, is one compiled program. ``active`` and
+    ``num_updates`` may be traced int32[]. Returns ``(state, {name: [length]})``.
+    """
+    update = lambda s: trainer.update(s, num_updates)  # noqa: E731
+    skipped = jax.tree.map(
+        lambda s: jnp.full(s.shape, jnp.nan, s.dtype) if jnp.issubdtype(s.dtype, jnp.floating)
+        else jnp.zeros(s.shape, s.dtype),
+        jax.eval_shape(update, state)[1],
+    )
+
+    def one(s, i):
+        return jax.lax.cond(i < active, update, lambda c: (c, skipped), s)
+
+    return jax.lax.scan(one, state, jnp.arange(length))
