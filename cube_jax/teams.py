@@ -30,12 +30,10 @@ import re
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
-import jax
 
 from cube_jax.agents import Agent, HeuristicPolicy, RandomPolicy, TeamPolicy, heuristic_team, policy_agents
 from cube_jax.agents.planners import TeamAgent, TeamBrain
 from cube_jax.core.env import CubeEnv
-from cube_jax.core.observations import observation_shape, observe
 
 BATCHED_KINDS = ("heuristic", "random", "policy")
 BUILTIN_KINDS = ("heuristic", "team", "random", "policy")
@@ -93,41 +91,15 @@ def is_batched(members: Sequence[Member]) -> bool:
     return all(m.kind in BATCHED_KINDS for m in members)
 
 
-@dataclasses.dataclass(frozen=True)
-class CheckpointPolicy:
-    """A trained checkpoint as a batched policy on ``env``'s world: it computes the observation
-    it was trained with from the state and acts greedily."""
-
-    loaded: object  # cube_jax.rl.policy.LoadedPolicy
-    cfg: object  # the EnvConfig whose observation form the policy reads
-    name: str
-
-    def init(self, key: jax.Array) -> jax.Array:
-        return key
-
-    def act(self, state, key):
-        key, sub = jax.random.split(key)
-        return self.loaded.act(observe(self.cfg, state), sub, greedy=True), key
-
-
-def load_checkpoint_policy(path: str, env: CubeEnv) -> CheckpointPolicy:
-    """The checkpoint at ``path`` as a policy for ``env``; ValueError when its observations do not fit."""
+def load_checkpoint_policy(path: str, env: CubeEnv):
+    """The checkpoint at ``path`` as a batched policy for ``env`` (greedy); TeamSpecError when
+    there is none or its observations do not fit this world."""
     from cube_jax.rl.policy import load_policy
 
     try:
-        loaded = load_policy(Path(path))
-    except FileNotFoundError as err:
+        return load_policy(Path(path)).for_world(env, name=f"policy:{Path(path).name}")
+    except (FileNotFoundError, ValueError) as err:
         raise TeamSpecError(f"team: policy:{path}: {err}") from None
-    kwargs = loaded.env_kwargs
-    cfg = dataclasses.replace(env.cfg, observation=kwargs.get("observation", "vector"),
-                              view_radius=kwargs.get("view_radius", env.cfg.view_radius))
-    size = observation_shape(cfg)[-1]
-    if size != loaded.observation_size:
-        raise TeamSpecError(
-            f"team: policy:{path} reads {loaded.observation_size} features per agent (trained on "
-            f"make(**{kwargs})); this world gives {size} in its {cfg.observation!r} form ({env.num_agents} agents, "
-            f"{env.num_blocks} blocks): evaluate it on a world of the same size")
-    return CheckpointPolicy(loaded, cfg, f"policy:{Path(path).name}")
 
 
 def _batched_member(env: CubeEnv, member: Member, policies: Dict[str, object]):
@@ -190,5 +162,5 @@ def team_agents(env: CubeEnv, members: Sequence[Member], factories: Optional[Dic
     return out  # type: ignore[return-value]
 
 
-__all__ = ["BATCHED_KINDS", "CheckpointPolicy", "Member", "TeamSpecError", "batched_team", "is_batched",
+__all__ = ["BATCHED_KINDS", "Member", "TeamSpecError", "batched_team", "is_batched",
            "load_checkpoint_policy", "parse_team", "team_agents"]

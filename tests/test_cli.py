@@ -86,12 +86,26 @@ def test_checkpoint_policy_is_loaded_lazily_and_used(tmp_path, capsys, monkeypat
     calls = {}
 
     class StayPolicy:
-        env_kwargs = {"scenario": "easy", "observation": "vector"}
-        observation_size = 24  # easy's vector form: 2 + 3 + 5 x 3 blocks + 2 x 2 agents
+        """A checkpoint stand-in whose policy stays put and notes what it was shown."""
 
-        def act(self, observation, key, greedy=True):
+        env_kwargs = {"scenario": "easy", "observation": "vector"}
+        name = "stay"
+
+        def for_world(self, env, name="policy"):
+            from cube_jax.core.observations import observe
+
+            self.cfg = env.cfg
+            return self
+
+        def init(self, key):
+            return key
+
+        def act(self, state, key):
+            from cube_jax.core.observations import observe
+
+            observation = observe(self.cfg, state)
             calls["shape"] = observation.shape
-            return jnp.zeros(observation.shape[:-1], jnp.int32)
+            return jnp.zeros(observation.shape[:-1], jnp.int32), key
 
     def load_policy(path):
         calls["path"] = str(path)

@@ -4,7 +4,7 @@ lets any batched policy act inside the CPU episode loop.
 Every policy here follows :class:`cube_jax.agents.BatchedPolicy`: ``init(key)`` and a pure
 ``act(state, policy_state) -> (int32[N], policy_state)`` for one environment, so
 :func:`cube_jax.evaluation.rollout` can jit and vmap it. Trained checkpoints follow the same
-protocol (:class:`cube_jax.rl.policy.LoadedPolicy`).
+protocol (:meth:`cube_jax.rl.policy.LoadedPolicy.for_world` gives an :class:`~cube_jax.rl.policy.ActorPolicy`).
 
 >>> import jax, cube_jax
 >>> env = cube_jax.make("hard")

@@ -14,8 +14,36 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from cube_jax.core.observations import observation_shape, observe
+from cube_jax.core.types import EnvConfig, State
 from cube_jax.rl.checkpoint import POLICY_META, read_meta, restore_actor
 from cube_jax.rl.networks import build_networks
+
+
+@dataclasses.dataclass(frozen=True)
+class ActorPolicy:
+    """An actor network as a batched policy (:class:`cube_jax.agents.BatchedPolicy`).
+
+    It computes the observation it reads from the state (``cfg``'s form) and acts for every
+    agent; its policy state is ``(key, greedy)``: greedy takes the most likely action,
+    otherwise actions are sampled with the key. ``params`` may be traced (training's
+    evaluation builds one inside its jitted program).
+    """
+
+    actor: Any  # the flax Actor module
+    params: Any  # its parameters
+    cfg: EnvConfig  # whose observation form the actor reads
+    name: str = "policy"
+
+    def init(self, key: jax.Array):
+        return key, jnp.array(True)
+
+    def act(self, state: State, policy_state):
+        key, greedy = policy_state
+        key, sub = jax.random.split(key)
+        logits = self.actor.apply(self.params, observe(self.cfg, state))
+        actions = jnp.where(greedy, jnp.argmax(logits, axis=-1), jax.random.categorical(sub, logits))
+        return actions.astype(jnp.int32), (key, greedy)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,6 +76,21 @@ class LoadedPolicy:
         logits = self.actor.apply(self.params, observation)
         sampled = jax.random.categorical(key, logits)
         return jnp.where(greedy, jnp.argmax(logits, axis=-1), sampled).astype(jnp.int32)
+
+
+    def for_world(self, env, name: str = "policy") -> ActorPolicy:
+        """This policy as a batched policy on ``env``'s world (greedy by default): it reads the
+        observation form it was trained with; ValueError when that does not fit ``env``."""
+        cfg = dataclasses.replace(env.cfg, observation=self.env_kwargs.get("observation", "vector"),
+                                  view_radius=self.env_kwargs.get("view_radius", env.cfg.view_radius))
+        expected = self.feature_shape or (self.observation_size,)
+        got = tuple(observation_shape(cfg)[1:])
+        if got != tuple(expected):
+            raise ValueError(
+                f"the policy reads observations of shape {tuple(expected)} per agent (trained on "
+                f"cube_jax.make(**{self.env_kwargs})); this world gives {got} in its {cfg.observation!r} form "
+                f"({env.num_agents} agents, {env.num_blocks} blocks): use a world of the same size")
+        return ActorPolicy(self.actor, self.params, cfg, name)
 
 
 def checkpoint_dir(path: Union[str, Path]) -> Path:

@@ -29,9 +29,11 @@ from flax import struct
 
 import cube_jax
 from cube_jax.core.observations import grid_observation
+from cube_jax.evaluation.batched import rollout, summarize
 from cube_jax.rl.config import Config, env_kwargs
 from cube_jax.rl.gae import bootstrap_values, gae
 from cube_jax.rl.networks import build_networks
+from cube_jax.rl.policy import ActorPolicy
 from cube_jax.rl.shaping import ShapingWrapper
 from cube_jax.rl.trainer import update_chunk
 from cube_jax.core.types import EnvConfig, State
@@ -357,53 +359,26 @@ class PPO:
         """Plays ``episodes`` episodes of the unshaped environment greedily and as many sampled.
 
         Returns ``(greedy, sampled, film)``: the papers' numbers for both ways of acting
-        (``{name: float32[]}``, ``block_delivery_rate`` float32[B] in block id order) and
-        ``film = (states batched over max_steps + 1, done bool[max_steps + 1])`` of the first
-        greedy episode, for the GIF. Both modes run as one batch of ``2 * episodes``
-        worlds through a single copy of the environment step, which keeps this program
-        cheap to compile.
+        (:func:`cube_jax.evaluation.summarize`: ``{name: float32[]}``, ``block_delivery_rate``
+        float32[B] in block id order) and ``film = (states batched over max_steps + 1, done
+        bool[max_steps + 1])`` of the first greedy episode, for the GIF. Both modes run as one
+        batch of ``2 * episodes`` worlds in the evaluation module's rollout, through a single
+        copy of the environment step, which keeps this program cheap to compile.
         """
         env = self.env
         total = 2 * episodes
-        greedy = jnp.arange(total) < episodes  # bool[2E]: first half greedy, second half sampled
         k_reset, k_play = jax.random.split(key)
         # Both halves start from the same layouts, so greedy and sampled are compared on equal terms.
         reset_keys = jnp.tile(jax.random.split(k_reset, episodes), (2, 1))
-        state, ts = jax.vmap(env.reset)(reset_keys)
-        act = jax.vmap(self.act, in_axes=(None, 0, 0, 0))
+        greedy = jnp.arange(total) < episodes  # bool[2E]: first half greedy, second half sampled
+        policy = ActorPolicy(self.actor, actor_params, env.cfg)
+        stats, film = rollout(env, policy, reset_keys, env.max_steps,
+                              policy_states=(jax.random.split(k_play, total), greedy), film=True)
 
-        def step(carry, k_step):
-            state, obs, done, ret, length, delivered, success = carry
-            action = act(actor_params, obs, jax.random.split(k_step, total), greedy)
-            state, ts = jax.vmap(env.step)(state, action)
-            live = ~done  # bool[2E]: steps after an episode's end are not counted
-            ret = ret + jnp.where(live, ts.reward[:, 0], 0.0)
-            length = length + live.astype(jnp.int32)
-            delivered = delivered | (live[:, None] & ts.extras["block_delivered"])  # bool[2E, B]
-            success = success | (live & ts.terminated)
-            done = done | ts.terminated | ts.truncated
-            film = (jax.tree.map(lambda x: x[0], state), done[0])
-            return (state, ts.observation, done, ret, length, delivered, success), film
+        def half(part):
+            return summarize(jax.tree.map(lambda x: x[part], stats))
 
-        init = (state, ts.observation, jnp.zeros((total,), bool), jnp.zeros((total,), jnp.float32),
-                jnp.zeros((total,), jnp.int32), jnp.zeros((total, env.num_blocks), bool), jnp.zeros((total,), bool))
-        carry, (states, done) = jax.lax.scan(step, init, jax.random.split(k_play, env.max_steps))
-        _, _, _, ret, length, delivered, success = carry
-
-        def summary(half):
-            d = delivered[half].astype(jnp.float32)  # [E, B]
-            return {
-                "success_rate": success[half].astype(jnp.float32).mean(),
-                "blocks_delivered_frac": d.mean(),
-                "block_delivery_rate": d.mean(axis=0),  # float32[B], block id order (heaviest first)
-                "return_mean": ret[half].mean(),
-                "mean_steps": length[half].astype(jnp.float32).mean(),
-            }
-
-        first = jax.tree.map(lambda x: x[0], state)
-        states = jax.tree.map(lambda a, rest: jnp.concatenate([a[None], rest]), first, states)
-        film = (states, jnp.concatenate([jnp.array([False]), done]))
-        return summary(slice(0, episodes)), summary(slice(episodes, total)), film
+        return half(slice(0, episodes)), half(slice(episodes, total)), film
 
 
 def make_train(config: Config):
