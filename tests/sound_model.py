@@ -19,7 +19,7 @@ BLOCK = re.compile(r"^- block (\d+): weight (\d+), (?:top-left \((\d+), (\d+)\),
                    re.M)
 ME = re.compile(r"^- (agent_\d+) \(you\)", re.M)
 MAY_SEND = re.compile(r"You may send up to (\d+) message\(s\) to: (.*)\.$", re.M)
-GRID = re.compile(r"A (\d+)x\d+ grid")
+GRID = re.compile(r"The grid has (\d+)x\d+ cells")
 
 
 def _target(user: str):
