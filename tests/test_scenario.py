@@ -65,7 +65,7 @@ def test_scenario_files_load(path):
         (dict(grid_size=8, agents=[(0, 0)], blocks=[]), r"at least one block"),
         (dict(grid_size=1, agents=[(0, 0)], blocks=[]), r"grid_size must be an integer >= 2"),
         (dict(grid_size=8, agents=[(0, 0, 1)], blocks=[(2, 2, 1)]), r"agents must be a list of \(row, col\) pairs"),
-        (dict(grid_size=8, agents=[(0, 0)], blocks=[(2, 2, 1)], max_steps=0), r"max_steps must be a positive integer"),
+        (dict(grid_size=8, agents=[(0, 0)], blocks=[(2, 2, 1)], max_steps=0), r"max_steps must be an integer >= 1, got 0"),
     ],
 )
 def test_invalid_scenarios_say_what_and_where(kwargs, message):

@@ -18,17 +18,28 @@ step on which it terminated (or ``max_steps``)::
 actions) or a checkpoint folder written by the RL baselines (greedy actions; its world
 comes from the checkpoint unless ``--n``/``--scenario`` is given). ``--team`` gives one
 member per agent (see :mod:`cube_jax.teams`).
+
+Arguments are checked before any work, and a bad one is an argparse error (exit status 2)
+naming it: numbers are ASCII integers; ``--n`` is 1..4096; ``--max-steps``, ``--episodes``
+and ``--chunk`` are 1..2**31-2; every episode seed ``seed + i`` must lie in 0..2**32-1
+(``PRNGKey`` keeps 32 bits, so 2**32 would silently repeat seed 0); ``--json`` must be a
+file path that can be written (not a folder; missing parent folders are created when the
+results are written); ``--traces`` must be a folder that can be written.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import logging
+import os
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any, Dict, List
 
 import numpy as np
+
+from cube_jax.core.checks import MAX_EPISODE_STEPS, MAX_GRID_SIZE, MAX_SEED, clip
 
 BUILTIN_POLICIES = ("heuristic", "random")
 LOOPS = ("auto", "batched", "cpu")
@@ -39,21 +50,33 @@ logger = logging.getLogger(__name__)
 # --- argument checking -----------------------------------------------------------------------
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+def _parse_int(text: str, minimum: int, maximum: int, why: str = "") -> int:
+    # ASCII digits only, and few of them: int() also reads other scripts' digits
+    digits = text.strip().lstrip("+-")
+    if not digits.isascii() or not digits.isdigit() or len(digits) > 20:
+        raise argparse.ArgumentTypeError(f"expected an integer >= {minimum}, got {clip(repr(text), 60)}")
+    value = int(text)
+    if value < minimum:
+        raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {value}")
+    if value > maximum:
+        raise argparse.ArgumentTypeError(f"must be <= {maximum}{f' ({why})' if why else ''}, got {value}")
     return value
 
 
-def _int(text: str) -> int:
-    try:
-        return int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+def _positive_int(text: str) -> int:
+    return _parse_int(text, 1, MAX_EPISODE_STEPS)
+
+
+def _team_size(text: str) -> int:
+    return _parse_int(text, 1, MAX_GRID_SIZE, f"the grid side is max(20, n) and at most {MAX_GRID_SIZE}")
+
+
+def _episode_limit(text: str) -> int:
+    return _parse_int(text, 1, MAX_EPISODE_STEPS, "the step counter is int32")
+
+
+def _seed(text: str) -> int:
+    return _parse_int(text, 0, MAX_SEED, "PRNGKey keeps 32 bits")
 
 
 def add_parser(commands) -> argparse.ArgumentParser:
@@ -68,11 +91,12 @@ def add_parser(commands) -> argparse.ArgumentParser:
     who.add_argument("--team", help="one member per agent, comma-separated: heuristic, team, random, "
                                     "policy:<checkpoint> (a single member applies to every agent)")
     world = ev.add_mutually_exclusive_group()
-    world.add_argument("--n", type=_positive_int, help="the n-curriculum level (n agents, k = max(20, n))")
+    world.add_argument("--n", type=_team_size, help="the n-curriculum level (n agents, k = max(20, n))")
     world.add_argument("--scenario", help="a named scenario (easy, hard) or a scenario .yaml file")
     ev.add_argument("--episodes", type=_positive_int, default=32, help="number of episodes (default 32)")
-    ev.add_argument("--seed", type=_int, default=0, help="episode i starts from PRNGKey(seed + i) (default 0)")
-    ev.add_argument("--max-steps", type=_positive_int, default=None, help="episode limit (default: the world's)")
+    ev.add_argument("--seed", type=_seed, default=0,
+                    help="episode i starts from PRNGKey(seed + i); every seed + i must be in 0..2**32-1 (default 0)")
+    ev.add_argument("--max-steps", type=_episode_limit, default=None, help="episode limit (default: the world's)")
     ev.add_argument("--chunk", type=_positive_int, default=None,
                     help="steps per jitted scan between progress updates (default: about max_steps / 20)")
     ev.add_argument("--loop", choices=LOOPS, default="auto",
@@ -94,6 +118,49 @@ def _check_world(parser: argparse.ArgumentParser, args) -> None:
             load_scenario(args.scenario)
         except ValueError as err:
             parser.error(f"argument --scenario: {err}")
+
+
+def _check_seeds(parser: argparse.ArgumentParser, args) -> None:
+    last = args.seed + args.episodes - 1
+    if last > MAX_SEED:
+        parser.error(
+            f"argument --seed: episode seeds run from {args.seed} to {last} (--seed + --episodes - 1), past "
+            f"{MAX_SEED}; PRNGKey keeps 32 bits, so seed {MAX_SEED + 1} would repeat seed 0"
+        )
+
+
+def check_writable(parser: argparse.ArgumentParser, option: str, path: Path, folder: bool) -> None:
+    """Checks before any work that ``path`` (a file, or a folder when ``folder``) can be
+    written; missing folders are made later. An argparse error naming ``option`` otherwise."""
+    shown = clip(str(path), 100)
+    try:
+        if path.exists():
+            if folder and not path.is_dir():
+                parser.error(f"argument {option}: {shown} exists and is not a folder")
+            if not folder and path.is_dir():
+                parser.error(f"argument {option}: {shown} is a folder; give a file path")
+            if not folder:
+                with open(path, "a"):  # opening to append changes nothing
+                    return
+        parent = path if folder and path.exists() else path.parent
+        while not parent.exists():
+            parent = parent.parent
+        if not parent.is_dir():
+            parser.error(f"argument {option}: cannot create {shown}: {clip(str(parent), 100)} is not a folder")
+        # writing a probe file is the only test that holds for every user and file system
+        descriptor, probe = tempfile.mkstemp(dir=parent, prefix=".cube-jax-probe-")
+        os.close(descriptor)
+        os.unlink(probe)
+    except (OSError, ValueError) as err:  # ValueError: a NUL byte in the path
+        parser.error(f"argument {option}: cannot write {shown}: {clip(getattr(err, 'strerror', None) or str(err), 100)}")
+
+
+def _check_output(parser: argparse.ArgumentParser, args) -> None:
+    """Checks that --json and --traces can be written before any work is done."""
+    if args.json is not None:
+        check_writable(parser, "--json", args.json, folder=False)
+    if args.traces is not None:
+        check_writable(parser, "--traces", args.traces, folder=True)
 
 
 def _world_kwargs(args) -> dict:
@@ -217,6 +284,8 @@ def run(parser: argparse.ArgumentParser, args) -> int:
     from cube_jax.evaluation import evaluate
     from cube_jax.teams import batched_team, is_batched
 
+    _check_output(parser, args)
+    _check_seeds(parser, args)
     _check_world(parser, args)
     env, kwargs, members = _setup(parser, args)
     loop = args.loop

@@ -34,7 +34,7 @@ import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-from cube_jax.cli.eval import _check_world, _int, _positive_int, _world_kwargs
+from cube_jax.cli.eval import _check_world, _int, _positive_int, _world_kwargs, check_writable
 
 log = logging.getLogger(__name__)
 
@@ -108,18 +108,6 @@ def add_parser(commands) -> argparse.ArgumentParser:
 
 
 # --- settings ------------------------------------------------------------------------------------
-
-
-def _check_out(parser, out: Path) -> None:
-    if out.exists() and not out.is_dir():
-        parser.error(f"argument --out: {str(out)!r} exists and is not a folder")
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        probe = out / ".write-test"
-        probe.write_text("")
-        probe.unlink()
-    except OSError as err:
-        parser.error(f"argument --out: cannot write into {str(out)!r}: {err.strerror}")
 
 
 def _apply_replay(parser, args) -> Dict[str, Any]:
@@ -249,7 +237,8 @@ def run(parser: argparse.ArgumentParser, args) -> int:
         parser.error(f"argument --seed: episode seeds must lie in 0..{2**32 - 1}")
     if args.budget is not None and args.topology != "decentralized":
         parser.error("argument --budget: only the decentralized topology has a message budget")
-    _check_out(parser, args.out)
+    check_writable(parser, "--out", args.out, folder=True)
+    args.out.mkdir(parents=True, exist_ok=True)
 
     import cube_jax
     from cube_jax.teams import BUILTIN_KINDS, TeamSpecError, parse_team

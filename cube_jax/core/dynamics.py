@@ -348,6 +348,16 @@ def vmap_as_batch(fn):
     return call
 
 
+def actions_int32(actions) -> jax.Array:
+    """``actions`` as int32. An integer outside 0..4 is STAY whatever its type: values of
+    types wider than int32 (with x64 enabled) are mapped before the cast could wrap them
+    into 0..4 (2**32 + 1 would become UP)."""
+    actions = jnp.asarray(actions)
+    if actions.dtype.itemsize > 4:
+        actions = jnp.where((actions >= 0) & (actions <= 4), actions, 0)
+    return actions.astype(jnp.int32)
+
+
 def step_state(cfg: EnvConfig, state: State, actions: jax.Array) -> Tuple[State, jax.Array, Dict[str, jax.Array]]:
     """Applies one step to a state, or to a batch of states with any leading axes.
 
@@ -357,7 +367,7 @@ def step_state(cfg: EnvConfig, state: State, actions: jax.Array) -> Tuple[State,
     lead = state.t.shape
     pos = env_last(state.agent_pos, lead, 2)
     bpos = env_last(state.block_pos, lead, 2)
-    acts = env_last(jnp.broadcast_to(jnp.asarray(actions, jnp.int32), state.agent_pos.shape[:-1]), lead, 1)
+    acts = env_last(jnp.broadcast_to(actions_int32(actions), state.agent_pos.shape[:-1]), lead, 1)
     weight, alive = env_last(state.block_weight, lead, 1), env_last(state.block_alive, lead, 1)
     (ar, ac, br, bc, alive), events = step_kernel(cfg, pos[:, 0], pos[:, 1], bpos[:, 0], bpos[:, 1], weight, alive, acts)
     new_state = state.replace(

@@ -16,6 +16,15 @@ import jax.numpy as jnp
 import numpy as np
 
 from cube_jax.core import generator
+from cube_jax.core.checks import (
+    MAX_EPISODE_STEPS,
+    MAX_GRID_SIZE,
+    MAX_OBSERVATION_VALUES,
+    MAX_SEED,
+    as_int,
+    as_real,
+    excerpt,
+)
 from cube_jax.core.dynamics import batched_step, reward_and_flags
 from cube_jax.core.observations import OBSERVATION_FORMS, observation_shape, observe
 from cube_jax.core.scenario import Scenario, load_scenario, render_ascii
@@ -44,7 +53,7 @@ def empty_events(cfg: EnvConfig) -> dict:
 
 @functools.partial(jax.jit, static_argnums=(0,))
 def _step(cfg: EnvConfig, state: State, actions: jax.Array) -> Tuple[State, TimeStep]:
-    state, delivered_weight, events = batched_step(cfg)(state, jnp.asarray(actions, jnp.int32))
+    state, delivered_weight, events = batched_step(cfg)(state, actions)
     reward, terminated, truncated = reward_and_flags(cfg, state, delivered_weight)
     return state, TimeStep(observe(cfg, state), reward, terminated, truncated, events)
 
@@ -104,11 +113,19 @@ class CubeEnv:
     # -- the pure API ----------------------------------------------------------------------
     def reset(self, key: jax.Array) -> Tuple[State, TimeStep]:
         """A new episode from ``key``; the key is kept in the state for later resets."""
+        _check_key(key)
         return _reset(self.cfg, self.source, self.pool, key)
 
     def step(self, state: State, actions: jax.Array) -> Tuple[State, TimeStep]:
-        """One step of DYNAMICS.md for ``actions`` int32[N]; no key and no auto-reset."""
-        return _step(self.cfg, state, actions)
+        """One step of DYNAMICS.md for ``actions`` int32[N]; no key and no auto-reset.
+
+        ``actions`` holds integers, one per agent: shape ``(N,)`` for one state, or the
+        state's leading axes + ``(N,)`` for a batch of states. An integer outside 0..4 is
+        STAY (DYNAMICS.md), whatever its width. Called on concrete values (outside
+        ``jit``/``vmap``) the shape and dtype are checked and a mismatch raises ValueError;
+        under tracing only the dtype is checked (it is static).
+        """
+        return _step(self.cfg, state, _checked_actions(state, actions, self.cfg.num_agents))
 
     def observe(self, state: State) -> jax.Array:
         return observe(self.cfg, state)
@@ -176,14 +193,137 @@ def layout(state: State) -> dict:
     }
 
 
+# --- input checks ---------------------------------------------------------------------------
+
+
+def _is_traced(x) -> bool:
+    return isinstance(x, jax.core.Tracer)
+
+
+def _check_key(key) -> None:
+    """A concrete reset key must be one PRNG key: uint32[2] (``PRNGKey``) or a typed key of shape ()."""
+    if _is_traced(key):
+        return
+    if isinstance(key, (jax.Array, np.ndarray)):
+        if jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key):
+            if key.shape == ():
+                return
+        elif key.dtype == np.uint32 and key.shape == (2,):
+            return
+        got = f"an array of shape {key.shape} and dtype {key.dtype}"
+    else:
+        got = excerpt(key)
+    raise ValueError(
+        f"reset: key must be one PRNG key (jax.random.PRNGKey(seed), uint32[2]), got {got}; "
+        "for a batch use jax.vmap(env.reset)(keys)"
+    )
+
+
+def _wide(dtype) -> bool:
+    """Integer dtypes whose values can wrap into 0..4 when cast to int32."""
+    return np.dtype(dtype).itemsize > 4
+
+
+def _checked_actions(state: State, actions, num_agents: int):
+    """``actions`` as the step takes them, or ValueError saying what is wrong with them.
+
+    Out-of-range integers stay out of range (STAY): values of integer types wider than
+    int32 are mapped to STAY here, before any cast to int32 could wrap them into 0..4.
+    """
+    if _is_traced(actions):
+        _check_action_dtype(actions.dtype, f"shape {actions.shape}")
+        return actions  # the jitted step maps wide integers itself (dynamics.step_state)
+    lead = getattr(getattr(state, "t", None), "shape", None)
+    if lead is None:
+        raise ValueError(f"step: state must be a State from env.reset, got {excerpt(state)}")
+    expected = tuple(lead) + (num_agents,)
+    if isinstance(actions, jax.Array):
+        shape, dtype = actions.shape, actions.dtype
+    elif isinstance(actions, np.ndarray):
+        shape, dtype = actions.shape, actions.dtype
+    elif isinstance(actions, (list, tuple, int, np.integer)) and not isinstance(actions, bool):
+        actions = _python_actions(actions)
+        shape, dtype = actions.shape, actions.dtype
+    else:
+        raise ValueError(
+            f"step: actions must be an integer array of shape {expected} (one action per agent), "
+            f"got {excerpt(actions)}"
+        )
+    _check_action_dtype(dtype, f"shape {shape}")
+    if tuple(shape) != expected:
+        per = "" if not lead else f" (the state's batch axes {tuple(lead)} + one action per agent)"
+        raise ValueError(
+            f"step: actions must have shape {expected}{per}, got shape {tuple(shape)}; "
+            f"this world has {num_agents} agents"
+        )
+    if isinstance(actions, np.ndarray) and dtype != np.int32:
+        # host arrays become int32 here (one compiled step for every integer type)
+        return np.where((actions >= 0) & (actions <= 4), actions, 0).astype(np.int32)
+    if _wide(dtype):
+        return jnp.where((actions >= 0) & (actions <= 4), actions, 0).astype(jnp.int32)
+    return actions
+
+
+def _check_action_dtype(dtype, what: str) -> None:
+    if not jnp.issubdtype(dtype, jnp.integer):
+        raise ValueError(
+            f"step: actions must be integers (0 STAY, 1 UP, 2 DOWN, 3 LEFT, 4 RIGHT), got dtype {dtype} ({what})"
+        )
+
+
+def _python_actions(actions) -> np.ndarray:
+    """Python ints (nested lists for a batch) as an int32 array, out-of-range values as STAY."""
+    if isinstance(actions, (int, np.integer)):
+        objects = np.empty((), object)
+        objects[()] = actions
+    else:
+        try:
+            objects = np.array(actions, dtype=object)
+        except ValueError:  # ragged nesting
+            raise ValueError(f"step: actions must be a rectangular list of integers, got {excerpt(actions)}") from None
+    values = []
+    for value in objects.reshape(-1):
+        if isinstance(value, (jax.Array, np.ndarray)) and value.shape == () and jnp.issubdtype(value.dtype, jnp.integer):
+            value = int(value)  # a list of integer array scalars, e.g. [a[0], a[1]]
+        if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+            raise ValueError(
+                f"step: actions must be integers (0 STAY, 1 UP, 2 DOWN, 3 LEFT, 4 RIGHT), got {excerpt(value)} "
+                f"in {excerpt(actions)}"
+            )
+        values.append(int(value))
+    mapped = [v if 0 <= v <= 4 else 0 for v in values]
+    return np.asarray(mapped, np.int32).reshape(objects.shape)
+
+
 def _check_choice(name: str, value, allowed) -> None:
-    if value not in allowed:
-        raise ValueError(f"{name}: got {value!r}, expected one of {tuple(allowed)}")
+    if not isinstance(value, str) or value not in allowed:
+        raise ValueError(f"{name}: got {excerpt(value)}, expected one of {tuple(allowed)}")
 
 
-def _check_int(name: str, value, minimum: int) -> None:
-    if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
+def _check_int(name: str, value, minimum: int, maximum: Optional[int] = None, why: str = "") -> int:
+    return as_int(value, name, minimum=minimum, maximum=maximum, why=why)
+
+
+# A pool of pre-drawn layouts (with their first observations) is kept on the device.
+MAX_POOL_BYTES = 2**31
+
+
+def _check_sizes(observation: str, view_radius: int, k: int, n: int, b: int, pool_size: int) -> None:
+    """Refuses worlds whose arrays cannot fit, from their shapes alone (nothing is allocated)."""
+    shape = observation_shape(EnvConfig(k, n, b, 1, observation=observation, view_radius=view_radius))
+    values = int(np.prod(shape, dtype=object))
+    if values > MAX_OBSERVATION_VALUES:
+        raise ValueError(
+            f"observation: the {observation!r} observation of this world ({k}x{k} grid, {n} agents, {b} blocks) "
+            f"has {values} values per environment, more than {MAX_OBSERVATION_VALUES} (1 GiB); "
+            "use observation='egocentric', whose size does not grow with the grid"
+        )
+    layout_bytes = 4 * (values + 2 * n + 3 * b)
+    if pool_size * layout_bytes > MAX_POOL_BYTES:
+        raise ValueError(
+            f"pool_size: {pool_size} layouts of {layout_bytes} bytes (with their first observations) exceed "
+            f"{MAX_POOL_BYTES} bytes; at most {MAX_POOL_BYTES // layout_bytes} fit"
+        )
 
 
 def make(
@@ -211,15 +351,30 @@ def make(
     ``num_agents`` keeps the scenario's first agents.
 
     ``observation`` picks the per-agent form (``"vector"``, ``"egocentric"``, ``"grid"``;
-    see :mod:`cube_jax.core.observations`). Invalid input raises ``ValueError``.
+    see :mod:`cube_jax.core.observations`). Invalid input raises ``ValueError`` naming the
+    argument, before anything is allocated: integers (``n``, ``num_agents``, ``max_steps``,
+    ``view_radius``, ``pool_size``, ``pool_seed``) are ints, NumPy integers or integral
+    floats; ``n`` and grid sides are at most 4096 and ``max_steps`` at most 2**31 - 2 (the
+    step counter is int32); ``step_cost`` and ``deliver_reward`` are finite numbers; one
+    environment's observation is at most 2**28 float32 values (use ``"egocentric"`` for
+    large worlds) and a pool at most 2 GiB.
     """
     _check_choice("observation", observation, OBSERVATION_FORMS)
-    _check_int("view_radius", view_radius, 1)
-    _check_int("pool_size", pool_size, 0)
+    view_radius = _check_int("view_radius", view_radius, 1, MAX_GRID_SIZE, "the largest grid side")
+    pool_size = _check_int("pool_size", pool_size, 0)
+    pool_seed = _check_int("pool_seed", pool_seed, 0, MAX_SEED, "PRNGKey keeps 32 bits")
+    if max_steps is not None:
+        max_steps = _check_int("max_steps", max_steps, 1, MAX_EPISODE_STEPS, "the step counter is int32")
+    if step_cost is not None:
+        step_cost = as_real(step_cost, "step_cost")
+    if deliver_reward is not None:
+        deliver_reward = as_real(deliver_reward, "deliver_reward")
+    if num_agents is not None:
+        num_agents = _check_int("num_agents", num_agents, 1)
     if (n is None) == (scenario is None):
         raise ValueError("make: give exactly one of n=<team size> or scenario=<name, path or Scenario>")
     if n is not None:
-        _check_int("n", n, 1)
+        n = _check_int("n", n, 1, MAX_GRID_SIZE, f"the grid side is max(20, n) and at most {MAX_GRID_SIZE}")
         if num_agents is not None and num_agents != n:
             raise ValueError(f"make: num_agents={num_agents} contradicts n={n}; the curriculum uses n agents")
         weights = tuple(generator.block_weights(n))
@@ -227,6 +382,7 @@ def make(
         name = f"cube-n{n}"
         num_agents, num_blocks = n, len(weights)
         default_steps, default_cost, default_reward = generator.default_max_steps(n), 0.01, 1.0
+        _check_sizes(observation, view_radius, k, num_agents, num_blocks, pool_size)
         if pool_size:
             keys = jax.random.split(jax.random.PRNGKey(pool_seed), pool_size)
             agent_pos, block_pos, ok = jax.jit(
@@ -249,6 +405,7 @@ def make(
         sc = load_scenario(scenario, num_agents=num_agents)
         name, k = sc.name, sc.grid_size
         num_agents, num_blocks = len(sc.agents), len(sc.blocks)
+        _check_sizes(observation, view_radius, k, num_agents, num_blocks, 0)
         weights = tuple(w for _, _, w in sc.blocks)
         default_steps, default_cost, default_reward = sc.max_steps, sc.step_cost, sc.deliver_reward
         pool = {
@@ -258,7 +415,6 @@ def make(
         }
         source = LayoutSource()
     max_steps = default_steps if max_steps is None else max_steps
-    _check_int("max_steps", max_steps, 1)
     cfg = EnvConfig(
         grid_size=k,
         num_agents=num_agents,

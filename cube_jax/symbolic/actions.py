@@ -27,6 +27,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import pydantic
 
+from cube_jax.core.checks import clip, excerpt, is_integer
 from cube_jax.core.types import DOWN, LEFT, RIGHT, UP
 
 # Faces are the sides of a block; codes index the table in docs/symbolic.md.
@@ -34,6 +35,15 @@ FACES = ("up", "down", "left", "right")
 # Primitive action that pushes a block from each face (into the block).
 FACE_PUSH_DIRECTION = {"up": DOWN, "down": UP, "left": RIGHT, "right": LEFT}
 DIRECTIONS = {"up": UP, "down": DOWN, "left": LEFT, "right": RIGHT}
+
+# Integer arguments are stored in int32 plan arrays (cube_jax.symbolic.jax_executor).
+MAX_ARGUMENT = 2**31 - 1
+# Text and JSON plans larger than this are refused before parsing; plans are a few lines.
+MAX_PLAN_CHARS = 2**20
+# A JSON plan document is four levels deep ({"plan": [{"args": {...}}]}) plus its values.
+MAX_JSON_DEPTH = 16
+# Values visited when checking an already loaded JSON object (shared sub-objects count again).
+MAX_JSON_NODES = 100_000
 
 # Error kinds, following EmCoop's violation types.
 PLAN_CHECK, PRECONDITION, EXECUTION = "plan_check", "precondition", "execution"
@@ -101,7 +111,7 @@ class PlanError(ValueError):
         self.message = message
         where = [] if action_index is None else [f"action {action_index}"]
         if argument is not None:
-            where.append(f"argument {argument!r}")
+            where.append(f"argument {excerpt(argument, 40)}")
         super().__init__(f"{kind}: {' '.join(where) + ': ' if where else ''}{message}")
 
     def to_dict(self) -> dict:
@@ -148,45 +158,59 @@ def _check_value(action: str, arg: ArgSpec, value: Any, index: Optional[int]):
     if arg.kind in ("face", "direction"):
         allowed = FACES if arg.kind == "face" else tuple(DIRECTIONS)
         if not isinstance(value, str) or value.lower() not in allowed:
-            raise _fail(f"{action}: {arg.kind} must be one of {', '.join(allowed)}; got {value!r}", index, arg.name)
+            raise _fail(f"{action}: {arg.kind} must be one of {', '.join(allowed)}; got {excerpt(value)}", index, arg.name)
         return value.lower()
-    if isinstance(value, bool) or not isinstance(value, int):
-        if isinstance(value, float) and value.is_integer():
-            value = int(value)
-        else:
-            raise _fail(f"{action}: {arg.name} must be an integer, got {value!r}", index, arg.name)
+    # integers: ints, NumPy integers or integral floats (5.0), never bools (cube_jax.core.checks)
+    if isinstance(value, str) and _INT.fullmatch(value):  # a text plan's number too long to read
+        raise _fail(
+            f"{action}: {arg.name} must be <= {MAX_ARGUMENT} (2**31 - 1), got a number of {len(value)} digits",
+            index,
+            arg.name,
+        )
+    if not is_integer(value):
+        raise _fail(f"{action}: {arg.name} must be an integer, got {excerpt(value)}", index, arg.name)
     if value < arg.minimum:
         what = "a block id" if arg.kind == "block" else arg.name
-        raise _fail(f"{action}: {what} must be >= {arg.minimum}, got {value}", index, arg.name)
+        raise _fail(f"{action}: {what} must be >= {arg.minimum}, got {excerpt(value)}", index, arg.name)
+    if value > MAX_ARGUMENT:
+        what = "a block id" if arg.kind == "block" else arg.name
+        raise _fail(f"{action}: {what} must be <= {MAX_ARGUMENT} (2**31 - 1), got {excerpt(value)}", index, arg.name)
     return int(value)
 
 
 def check_action(name: Any, args: Union[Mapping, Sequence, None], index: Optional[int] = None):
     """(canonical name, {arg: value}) for one action, or PlanError(kind="plan_check")."""
     if not isinstance(name, str):
-        raise _fail(f"action name must be a string, got {name!r}", index)
+        raise _fail(f"action name must be a string, got {excerpt(name)}", index)
     canonical = ALIASES.get(name, name)
     if canonical not in ACTION_SPECS:
         known = ", ".join(sorted(set(ACTION_SPECS) | set(ALIASES)))
-        raise _fail(f"unknown action {name!r}; known actions: {known}", index)
+        raise _fail(f"unknown action {excerpt(name, 40)}; known actions: {known}", index)
     spec = ACTION_SPECS[canonical]
     names = [a.name for a in spec.args]
     signature = f"{name}({', '.join(names)})"
     args = {} if args is None else args
     if isinstance(args, Mapping):
-        given = {ARG_ALIASES.get(k, k): v for k, v in args.items()}
-        unknown = sorted(set(given) - set(names))
+        given = {}
+        for key, value in args.items():
+            if not isinstance(key, str):
+                raise _fail(f"{signature}: argument names must be strings, got {excerpt(key, 40)}", index)
+            canonical_key = ARG_ALIASES.get(key, key)
+            if canonical_key in given:
+                raise _fail(f"{signature}: argument {canonical_key!r} is given twice", index, canonical_key)
+            given[canonical_key] = value
+        unknown = [k for k in given if k not in names]
         if unknown:
-            raise _fail(f"{signature} has no argument {unknown[0]!r}", index, unknown[0])
+            raise _fail(f"{signature} has no argument {excerpt(unknown[0], 40)}", index, unknown[0])
         missing = [n for n in names if n not in given]
         if missing:
             raise _fail(f"{signature} is missing argument {missing[0]!r}", index, missing[0])
-    elif isinstance(args, Sequence) and not isinstance(args, str):
+    elif isinstance(args, Sequence) and not isinstance(args, (str, bytes)):
         if len(args) != len(names):
             raise _fail(f"{signature} takes {len(names)} argument(s), got {len(args)}", index)
         given = dict(zip(names, args))
     else:
-        raise _fail(f"{signature}: arguments must be a list or a mapping, got {args!r}", index)
+        raise _fail(f"{signature}: arguments must be a list or a mapping, got {excerpt(args)}", index)
     return canonical, {a.name: _check_value(name, a, given[a.name], index) for a in spec.args}
 
 
@@ -201,12 +225,15 @@ def make_action(name: str, *args, index: Optional[int] = None, **kwargs) -> Symb
 # --- text plans -----------------------------------------------------------------------------
 
 _CALL = re.compile(r"^\s*([A-Za-z_][A-Za-z_0-9]*)\s*\((.*)\)\s*$", re.S)
-_INT = re.compile(r"^[+-]?\d+$")
+# ASCII digits only: int() also reads other scripts' digits ("١٢" is 12).
+_INT = re.compile(r"[+-]?[0-9]+")
+# More digits than any allowed argument (2**31 - 1 has 10), with room for leading zeros.
+_MAX_DIGITS = 20
 
 
 def _parse_value(token: str):
     token = token.strip().strip("\"'")
-    if _INT.match(token):
+    if _INT.fullmatch(token) and len(token.lstrip("+-").lstrip("0")) <= _MAX_DIGITS:
         return int(token)
     return token
 
@@ -232,18 +259,20 @@ def parse_action(text: str, index: Optional[int] = None) -> SymbolicAction:
     """One action in call form: ``name(arg, ...)`` or ``name(key=value, ...)``."""
     m = _CALL.match(text)
     if not m:
-        raise _fail(f"cannot read {text.strip()!r}; expected name(arg, ...), e.g. push_block(2, 5)", index)
+        raise _fail(f"cannot read {excerpt(text.strip())}; expected name(arg, ...), e.g. push_block(2, 5)", index)
     name, inner = m.group(1), m.group(2).strip()
     tokens = [t.strip() for t in inner.split(",")] if inner else []
     if any(not t for t in tokens):
-        raise _fail(f"{name}: empty argument in {text.strip()!r}", index)
+        raise _fail(f"{clip(name, 40)}: empty argument in {excerpt(text.strip())}", index)
     keyed = [t for t in tokens if "=" in t]
     if keyed and len(keyed) != len(tokens):
-        raise _fail(f"{name}: give arguments either by position or by name, not both", index)
+        raise _fail(f"{clip(name, 40)}: give arguments either by position or by name, not both", index)
     if keyed:
         args = {}
         for t in keyed:
             key, value = (s.strip() for s in t.split("=", 1))
+            if ARG_ALIASES.get(key, key) in {ARG_ALIASES.get(k, k) for k in args}:
+                raise _fail(f"{clip(name, 40)}: argument {excerpt(key, 40)} is given twice", index, key)
             args[key] = _parse_value(value)
     else:
         args = [_parse_value(t) for t in tokens]
@@ -255,6 +284,8 @@ def parse_plan(text: str) -> List[SymbolicAction]:
     """A plan from text: actions separated by ``;`` or new lines (see the module docstring)."""
     if not isinstance(text, str):
         raise _fail(f"a text plan must be a string, got {type(text).__name__}", None)
+    if len(text) > MAX_PLAN_CHARS:
+        raise _fail(f"the plan has {len(text)} characters; plans are at most {MAX_PLAN_CHARS}", None)
     parts = _split_actions(text)
     if not parts:
         raise _fail("the plan is empty", None)
@@ -292,17 +323,59 @@ def _schema_error(err: pydantic.ValidationError) -> PlanError:
     index = loc[1] if len(loc) >= 2 and loc[0] == "plan" and isinstance(loc[1], int) else None
     field = loc[2] if len(loc) >= 3 else None
     argument = loc[3] if field == "args" and len(loc) >= 4 and loc[3] in KNOWN_ARGUMENTS else None
-    where = ".".join(str(p) for p in loc)
-    return _fail(f"JSON plan does not match the schema at {where}: {first['msg']}", index, argument)
+    where = clip(".".join(str(p) for p in loc), 80)
+    return _fail(f"JSON plan does not match the schema at {where}: {clip(first['msg'], 200)}", index, argument)
+
+
+def _duplicate_keys_refused(pairs):
+    obj = {}
+    for key, value in pairs:
+        if key in obj:
+            raise _fail(f"JSON object has the key {excerpt(key, 40)} twice", None)
+        obj[key] = value
+    return obj
+
+
+def _check_json_shape(obj) -> None:
+    """Refuses loaded objects nested deeper than MAX_JSON_DEPTH or with more than MAX_JSON_NODES values.
+
+    Iterative, so a self-referencing or shared structure costs at most MAX_JSON_NODES visits.
+    """
+    stack, seen = [(obj, 1)], 0
+    while stack:
+        value, depth = stack.pop()
+        seen += 1
+        if seen > MAX_JSON_NODES:
+            raise _fail(f"the JSON plan has more than {MAX_JSON_NODES} values", None)
+        if isinstance(value, (dict, list, tuple)):
+            if depth > MAX_JSON_DEPTH:
+                raise _fail(f"the JSON plan is nested deeper than {MAX_JSON_DEPTH} levels", None)
+            children = value.values() if isinstance(value, dict) else value
+            stack.extend((child, depth + 1) for child in children)
 
 
 def parse_plan_json(obj: Union[str, bytes, list, dict]) -> List[SymbolicAction]:
-    """A plan from JSON text or an already loaded object (see :class:`PlanDocument`)."""
-    if isinstance(obj, (str, bytes)):
+    """A plan from JSON text or an already loaded object (see :class:`PlanDocument`).
+
+    Text is at most ``MAX_PLAN_CHARS`` long, objects have unique keys, and documents are at
+    most ``MAX_JSON_DEPTH`` levels deep; anything else is a PlanError.
+    """
+    if isinstance(obj, (str, bytes, bytearray)):
+        if len(obj) > MAX_PLAN_CHARS:
+            raise _fail(f"the JSON plan has {len(obj)} characters; plans are at most {MAX_PLAN_CHARS}", None)
         try:
-            obj = json.loads(obj)
+            obj = json.loads(obj, object_pairs_hook=_duplicate_keys_refused)
         except json.JSONDecodeError as err:
-            raise _fail(f"not valid JSON: {err}", None) from None
+            raise _fail(f"not valid JSON: {clip(str(err), 200)}", None) from None
+        except UnicodeDecodeError as err:
+            raise _fail(f"not valid JSON: not UTF-8 text (byte {err.start})", None) from None
+        except RecursionError:
+            raise _fail("the JSON plan is nested too deeply", None) from None
+        except PlanError:
+            raise
+        except ValueError as err:  # e.g. an integer of more than 4300 digits
+            raise _fail(f"not valid JSON: {clip(str(err), 200)}", None) from None
+    _check_json_shape(obj)
     if isinstance(obj, list):
         obj = {"plan": obj}
     try:
@@ -324,7 +397,7 @@ def check_plan(plan: Sequence[SymbolicAction], num_agents: int, block_alive: Seq
     ``count`` no team of ``num_agents`` can reach."""
     for i, action in enumerate(plan):
         if not isinstance(action, SymbolicAction):
-            raise _fail(f"expected a SymbolicAction, got {action!r}", i)
+            raise _fail(f"expected a SymbolicAction, got {excerpt(action)}", i)
         block = action.args.get("block")
         if block is not None:
             if block >= len(block_alive):

@@ -24,14 +24,17 @@ agents waiting after phase 1, so every member of a group that completes leaves t
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
+from cube_jax.core.checks import excerpt, is_integer
 from cube_jax.symbolic.actions import (
     DIRECTIONS,
     EXECUTION,
     FACE_PUSH_DIRECTION,
+    PLAN_CHECK,
     PRECONDITION,
     SYNC_ACTIONS,
     PlanError,
@@ -222,8 +225,13 @@ class PlanExecutor:
         """Installs ``plan`` for ``agent`` (replacing its current plan). Raises PlanError
         (kind ``plan_check``) for a malformed plan, an unknown block, or (with ``state``) a
         block that is already delivered."""
-        if not 0 <= agent < self.num_agents:
-            raise ValueError(f"set_plan: agent must be 0..{self.num_agents - 1}, got {agent!r}")
+        if not is_integer(agent) or not 0 <= agent < self.num_agents:
+            raise ValueError(f"set_plan: agent must be an integer 0..{self.num_agents - 1}, got {excerpt(agent)}")
+        agent = int(agent)
+        if not isinstance(plan, (str, Sequence, Mapping)) or isinstance(plan, bytes):
+            raise PlanError(
+                PLAN_CHECK, f"a plan must be text, JSON or a list of SymbolicAction, got {excerpt(plan)}", None
+            )
         if isinstance(plan, str):
             plan = parse_plan(plan) if "(" in plan or not plan.strip().startswith(("[", "{")) else parse_plan_json(plan)
         elif isinstance(plan, dict) or (isinstance(plan, list) and plan and isinstance(plan[0], dict)):

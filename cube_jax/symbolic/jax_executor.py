@@ -48,6 +48,7 @@ import numpy as np
 from flax import struct
 from jax import lax
 
+from cube_jax.core.checks import as_int, excerpt
 from cube_jax.symbolic import concepts
 from cube_jax.symbolic.actions import ACTION_SPECS, DIRECTIONS, FACES, SymbolicAction
 from cube_jax.symbolic.distance import distance_field, next_action, unreachable
@@ -109,18 +110,32 @@ def compile_plans(plans: Sequence[Sequence[SymbolicAction]], max_len: Optional[i
     """(int32[N, L, 1 + MAX_ARGS] plan rows, int32[N] lengths) from one parsed plan per agent.
 
     ``L`` is ``max_len`` or the longest plan (at least 1). Raises ValueError for a plan
-    longer than ``max_len`` or an entry that is not a SymbolicAction.
+    longer than ``max_len``, an entry that is not a SymbolicAction, or an argument that
+    does not fit int32 (naming the agent and the action).
     """
+    if isinstance(plans, (str, bytes)) or not isinstance(plans, Sequence):
+        raise ValueError(f"compile_plans: plans must be a list with one parsed plan per agent, got {excerpt(plans)}")
+    for i, plan in enumerate(plans):
+        if isinstance(plan, (str, bytes)) or not isinstance(plan, Sequence):
+            raise ValueError(f"compile_plans: agent {i}'s plan must be a list of SymbolicAction, got {excerpt(plan)}")
     longest = max([len(p) for p in plans] + [1])
-    size = longest if max_len is None else int(max_len)
+    size = longest if max_len is None else as_int(max_len, "compile_plans: max_len", 1)
     if size < longest:
         raise ValueError(f"compile_plans: a plan has {longest} actions but max_len is {size}")
     rows = np.zeros((len(plans), size, 1 + MAX_ARGS), np.int32)
+    info = np.iinfo(np.int32)
     for i, plan in enumerate(plans):
         for k, action in enumerate(plan):
             if not isinstance(action, SymbolicAction):
-                raise ValueError(f"compile_plans: agent {i} action {k} is {action!r}, not a SymbolicAction")
-            rows[i, k] = encode_action(action)
+                raise ValueError(f"compile_plans: agent {i} action {k} is {excerpt(action)}, not a SymbolicAction")
+            row = encode_action(action)
+            bad = [v for v in row if not info.min <= v <= info.max]
+            if bad:
+                raise ValueError(
+                    f"compile_plans: agent {i} action {k} ({action.name}) has the value {excerpt(bad[0])}, "
+                    "which does not fit the int32 plan arrays"
+                )
+            rows[i, k] = row
     return jnp.asarray(rows), jnp.asarray([len(p) for p in plans], jnp.int32)
 
 
