@@ -31,52 +31,19 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any, Dict, List
 
 import numpy as np
 
-from cube_jax.core.checks import MAX_EPISODE_STEPS, MAX_GRID_SIZE, MAX_SEED, clip
+from cube_jax.cli.args import (check_seeds, check_world, check_writable, episode_limit, positive_int, seed, team_size,
+                               world_kwargs)
 
 BUILTIN_POLICIES = ("heuristic", "random")
 LOOPS = ("auto", "batched", "cpu")
 
 logger = logging.getLogger(__name__)
-
-
-# --- argument checking -----------------------------------------------------------------------
-
-
-def _parse_int(text: str, minimum: int, maximum: int, why: str = "") -> int:
-    # ASCII digits only, and few of them: int() also reads other scripts' digits
-    digits = text.strip().lstrip("+-")
-    if not digits.isascii() or not digits.isdigit() or len(digits) > 20:
-        raise argparse.ArgumentTypeError(f"expected an integer >= {minimum}, got {clip(repr(text), 60)}")
-    value = int(text)
-    if value < minimum:
-        raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {value}")
-    if value > maximum:
-        raise argparse.ArgumentTypeError(f"must be <= {maximum}{f' ({why})' if why else ''}, got {value}")
-    return value
-
-
-def _positive_int(text: str) -> int:
-    return _parse_int(text, 1, MAX_EPISODE_STEPS)
-
-
-def _team_size(text: str) -> int:
-    return _parse_int(text, 1, MAX_GRID_SIZE, f"the grid side is max(20, n) and at most {MAX_GRID_SIZE}")
-
-
-def _episode_limit(text: str) -> int:
-    return _parse_int(text, 1, MAX_EPISODE_STEPS, "the step counter is int32")
-
-
-def _seed(text: str) -> int:
-    return _parse_int(text, 0, MAX_SEED, "PRNGKey keeps 32 bits")
 
 
 def add_parser(commands) -> argparse.ArgumentParser:
@@ -91,13 +58,13 @@ def add_parser(commands) -> argparse.ArgumentParser:
     who.add_argument("--team", help="one member per agent, comma-separated: heuristic, team, random, "
                                     "policy:<checkpoint> (a single member applies to every agent)")
     world = ev.add_mutually_exclusive_group()
-    world.add_argument("--n", type=_team_size, help="the n-curriculum level (n agents, k = max(20, n))")
+    world.add_argument("--n", type=team_size, help="the n-curriculum level (n agents, k = max(20, n))")
     world.add_argument("--scenario", help="a named scenario (easy, hard) or a scenario .yaml file")
-    ev.add_argument("--episodes", type=_positive_int, default=32, help="number of episodes (default 32)")
-    ev.add_argument("--seed", type=_seed, default=0,
+    ev.add_argument("--episodes", type=positive_int, default=32, help="number of episodes (default 32)")
+    ev.add_argument("--seed", type=seed, default=0,
                     help="episode i starts from PRNGKey(seed + i); every seed + i must be in 0..2**32-1 (default 0)")
-    ev.add_argument("--max-steps", type=_episode_limit, default=None, help="episode limit (default: the world's)")
-    ev.add_argument("--chunk", type=_positive_int, default=None,
+    ev.add_argument("--max-steps", type=episode_limit, default=None, help="episode limit (default: the world's)")
+    ev.add_argument("--chunk", type=positive_int, default=None,
                     help="steps per jitted scan between progress updates (default: about max_steps / 20)")
     ev.add_argument("--loop", choices=LOOPS, default="auto",
                     help="batched (vmapped JAX) or cpu (the episode loop); auto: batched when every member is a "
@@ -110,65 +77,12 @@ def add_parser(commands) -> argparse.ArgumentParser:
     return ev
 
 
-def _check_world(parser: argparse.ArgumentParser, args) -> None:
-    if args.scenario is not None:
-        from cube_jax.core.scenario import load_scenario
-
-        try:
-            load_scenario(args.scenario)
-        except ValueError as err:
-            parser.error(f"argument --scenario: {err}")
-
-
-def _check_seeds(parser: argparse.ArgumentParser, args) -> None:
-    last = args.seed + args.episodes - 1
-    if last > MAX_SEED:
-        parser.error(
-            f"argument --seed: episode seeds run from {args.seed} to {last} (--seed + --episodes - 1), past "
-            f"{MAX_SEED}; PRNGKey keeps 32 bits, so seed {MAX_SEED + 1} would repeat seed 0"
-        )
-
-
-def check_writable(parser: argparse.ArgumentParser, option: str, path: Path, folder: bool) -> None:
-    """Checks before any work that ``path`` (a file, or a folder when ``folder``) can be
-    written; missing folders are made later. An argparse error naming ``option`` otherwise."""
-    shown = clip(str(path), 100)
-    try:
-        if path.exists():
-            if folder and not path.is_dir():
-                parser.error(f"argument {option}: {shown} exists and is not a folder")
-            if not folder and path.is_dir():
-                parser.error(f"argument {option}: {shown} is a folder; give a file path")
-            if not folder:
-                with open(path, "a"):  # opening to append changes nothing
-                    return
-        parent = path if folder and path.exists() else path.parent
-        while not parent.exists():
-            parent = parent.parent
-        if not parent.is_dir():
-            parser.error(f"argument {option}: cannot create {shown}: {clip(str(parent), 100)} is not a folder")
-        # writing a probe file is the only test that holds for every user and file system
-        descriptor, probe = tempfile.mkstemp(dir=parent, prefix=".cube-jax-probe-")
-        os.close(descriptor)
-        os.unlink(probe)
-    except (OSError, ValueError) as err:  # ValueError: a NUL byte in the path
-        parser.error(f"argument {option}: cannot write {shown}: {clip(getattr(err, 'strerror', None) or str(err), 100)}")
-
-
 def _check_output(parser: argparse.ArgumentParser, args) -> None:
     """Checks that --json and --traces can be written before any work is done."""
     if args.json is not None:
         check_writable(parser, "--json", args.json, folder=False)
     if args.traces is not None:
         check_writable(parser, "--traces", args.traces, folder=True)
-
-
-def _world_kwargs(args) -> dict:
-    if args.n is not None:
-        return {"n": args.n}
-    if args.scenario is not None:
-        return {"scenario": args.scenario}
-    return {}
 
 
 # --- building the world and the team ------------------------------------------------------------
@@ -196,7 +110,7 @@ def _setup(parser, args):
     import cube_jax
     from cube_jax.teams import TeamSpecError, parse_team
 
-    world = _world_kwargs(args)
+    world = world_kwargs(args)
     if args.policy is not None:
         if args.policy in BUILTIN_POLICIES:
             if not world:
@@ -285,8 +199,8 @@ def run(parser: argparse.ArgumentParser, args) -> int:
     from cube_jax.teams import batched_team, is_batched
 
     _check_output(parser, args)
-    _check_seeds(parser, args)
-    _check_world(parser, args)
+    check_seeds(parser, args)
+    check_world(parser, args)
     env, kwargs, members = _setup(parser, args)
     loop = args.loop
     if loop == "auto":

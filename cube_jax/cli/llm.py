@@ -34,7 +34,8 @@ import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-from cube_jax.cli.eval import _check_world, _int, _positive_int, _world_kwargs, check_writable
+from cube_jax.cli.args import (check_seeds, check_world, check_writable, episode_limit, parse_int, positive_int, seed,
+                               team_size, world_kwargs)
 
 log = logging.getLogger(__name__)
 
@@ -56,10 +57,7 @@ def _positive_float(text: str) -> float:
 
 
 def _non_negative_int(text: str) -> int:
-    value = _int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
-    return value
+    return parse_int(text, 0, 10**6)
 
 
 def add_parser(commands) -> argparse.ArgumentParser:
@@ -72,7 +70,7 @@ def add_parser(commands) -> argparse.ArgumentParser:
                     "metrics.json and timelines into --out.",
     )
     world = p.add_mutually_exclusive_group()
-    world.add_argument("--n", type=_positive_int, help="the n-curriculum level (n agents)")
+    world.add_argument("--n", type=team_size, help="the n-curriculum level (n agents)")
     world.add_argument("--scenario", help="a named scenario (easy, hard) or a scenario .yaml file")
     p.add_argument("--team", default=None, help="one member per agent: llm[:model], heuristic, team, random, "
                                                 "policy:<checkpoint> (default: llm for every agent)")
@@ -83,16 +81,16 @@ def add_parser(commands) -> argparse.ArgumentParser:
     p.add_argument("--base-url", default=None, help="the server's OpenAI-compatible base URL (or OPENAI_BASE_URL)")
     p.add_argument("--api-key", default=None, help="API key (or OPENAI_API_KEY); never written anywhere")
     p.add_argument("--temperature", type=float, default=0.2, help="sampling temperature (default 0.2)")
-    p.add_argument("--max-tokens", type=_positive_int, default=512, help="completion token limit per call")
+    p.add_argument("--max-tokens", type=positive_int, default=512, help="completion token limit per call")
     p.add_argument("--timeout", type=_positive_float, default=60.0, help="seconds per HTTP request (default 60)")
     p.add_argument("--retries", type=_non_negative_int, default=3, help="retries of a failed request (default 3)")
     p.add_argument("--max-repairs", type=_non_negative_int, default=2,
                    help="corrective re-prompts after an invalid reply (default 2)")
-    p.add_argument("--episodes", type=_positive_int, default=8, help="number of episodes (default 8)")
-    p.add_argument("--seed", type=_int, default=0, help="episode i starts from PRNGKey(seed + i) (default 0)")
-    p.add_argument("--concurrency", type=_positive_int, default=1, help="episodes played at once (default 1)")
-    p.add_argument("--max-steps", type=_positive_int, default=None, help="episode step limit (default: the world's)")
-    p.add_argument("--max-calls", type=_positive_int, default=None, help="model calls per episode")
+    p.add_argument("--episodes", type=positive_int, default=8, help="number of episodes (default 8)")
+    p.add_argument("--seed", type=seed, default=0, help="episode i starts from PRNGKey(seed + i) (default 0)")
+    p.add_argument("--concurrency", type=positive_int, default=1, help="episodes played at once (default 1)")
+    p.add_argument("--max-steps", type=episode_limit, default=None, help="episode step limit (default: the world's)")
+    p.add_argument("--max-calls", type=positive_int, default=None, help="model calls per episode")
     p.add_argument("--max-wall", type=_positive_float, default=None, help="wall-clock seconds per episode")
     p.add_argument("--prompts", type=Path, default=None, help="a folder of prompt templates overriding the defaults")
     p.add_argument("--write-prompts", type=Path, default=None,
@@ -229,12 +227,11 @@ def run(parser: argparse.ArgumentParser, args) -> int:
     recorded = _apply_replay(parser, args) if args.replay is not None else None
     if args.record and args.replay is not None:
         parser.error("argument --record: a replay records nothing new")
-    _check_world(parser, args)
-    world = _world_kwargs(args)
+    check_world(parser, args)
+    world = world_kwargs(args)
     if not world:
         parser.error("argument --n/--scenario: give the world: --n N or --scenario NAME")
-    if args.seed < 0 or args.seed + args.episodes - 1 > 2**32 - 1:
-        parser.error(f"argument --seed: episode seeds must lie in 0..{2**32 - 1}")
+    check_seeds(parser, args)
     if args.budget is not None and args.topology != "decentralized":
         parser.error("argument --budget: only the decentralized topology has a message budget")
     check_writable(parser, "--out", args.out, folder=True)

@@ -1,0 +1,95 @@
+"""Argument types and checks shared by the ``cube-jax`` subcommands.
+
+Every check runs before any work and turns a bad value into an argparse error (exit
+status 2) that names the argument; numbers are ASCII integers within documented ranges.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+from pathlib import Path
+
+from cube_jax.core.checks import MAX_EPISODE_STEPS, MAX_GRID_SIZE, MAX_SEED, clip
+
+
+def parse_int(text: str, minimum: int, maximum: int, why: str = "") -> int:
+    # ASCII digits only, and few of them: int() also reads other scripts' digits
+    digits = text.strip().lstrip("+-")
+    if not digits.isascii() or not digits.isdigit() or len(digits) > 20:
+        raise argparse.ArgumentTypeError(f"expected an integer >= {minimum}, got {clip(repr(text), 60)}")
+    value = int(text)
+    if value < minimum:
+        raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {value}")
+    if value > maximum:
+        raise argparse.ArgumentTypeError(f"must be <= {maximum}{f' ({why})' if why else ''}, got {value}")
+    return value
+
+
+def positive_int(text: str) -> int:
+    return parse_int(text, 1, MAX_EPISODE_STEPS)
+
+
+def team_size(text: str) -> int:
+    return parse_int(text, 1, MAX_GRID_SIZE, f"the grid side is max(20, n) and at most {MAX_GRID_SIZE}")
+
+
+def episode_limit(text: str) -> int:
+    return parse_int(text, 1, MAX_EPISODE_STEPS, "the step counter is int32")
+
+
+def seed(text: str) -> int:
+    return parse_int(text, 0, MAX_SEED, "PRNGKey keeps 32 bits")
+
+
+def check_world(parser: argparse.ArgumentParser, args) -> None:
+    if args.scenario is not None:
+        from cube_jax.core.scenario import load_scenario
+
+        try:
+            load_scenario(args.scenario)
+        except ValueError as err:
+            parser.error(f"argument --scenario: {err}")
+
+
+def check_seeds(parser: argparse.ArgumentParser, args) -> None:
+    last = args.seed + args.episodes - 1
+    if last > MAX_SEED:
+        parser.error(
+            f"argument --seed: episode seeds run from {args.seed} to {last} (--seed + --episodes - 1), past "
+            f"{MAX_SEED}; PRNGKey keeps 32 bits, so seed {MAX_SEED + 1} would repeat seed 0"
+        )
+
+
+def check_writable(parser: argparse.ArgumentParser, option: str, path: Path, folder: bool) -> None:
+    """Checks before any work that ``path`` (a file, or a folder when ``folder``) can be
+    written; missing folders are made later. An argparse error naming ``option`` otherwise."""
+    shown = clip(str(path), 100)
+    try:
+        if path.exists():
+            if folder and not path.is_dir():
+                parser.error(f"argument {option}: {shown} exists and is not a folder")
+            if not folder and path.is_dir():
+                parser.error(f"argument {option}: {shown} is a folder; give a file path")
+            if not folder:
+                with open(path, "a"):  # opening to append changes nothing
+                    return
+        parent = path if folder and path.exists() else path.parent
+        while not parent.exists():
+            parent = parent.parent
+        if not parent.is_dir():
+            parser.error(f"argument {option}: cannot create {shown}: {clip(str(parent), 100)} is not a folder")
+        # writing a probe file is the only test that holds for every user and file system
+        descriptor, probe = tempfile.mkstemp(dir=parent, prefix=".cube-jax-probe-")
+        os.close(descriptor)
+        os.unlink(probe)
+    except (OSError, ValueError) as err:  # ValueError: a NUL byte in the path
+        parser.error(f"argument {option}: cannot write {shown}: {clip(getattr(err, 'strerror', None) or str(err), 100)}")
+
+
+def world_kwargs(args) -> dict:
+    if args.n is not None:
+        return {"n": args.n}
+    if args.scenario is not None:
+        return {"scenario": args.scenario}
+    return {}
