@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import io
 import json
+from pathlib import Path
 
 import jax
 import numpy as np
@@ -323,11 +324,42 @@ def test_a_crashing_agent_leaves_a_valid_trace_and_the_run_goes_on(open_env, tmp
     assert end["truncated"] and end["reason"] == "error: RuntimeError: boom" and end["steps"] == 2
 
 
-def test_ctrl_c_still_ends_the_trace(open_env, tmp_path):
-    with pytest.raises(KeyboardInterrupt):
-        run_episode(open_env, [Broken(KeyboardInterrupt()), *heuristic_team(open_env)[1:]], seed=0,
-                    trace=tmp_path / "stopped.jsonl")
-    end = read_trace(tmp_path / "stopped.jsonl")[-1]
+CTRL_C_SCRIPT = """
+import asyncio, sys
+import cube_jax
+from cube_jax.agents import Agent, Decision, Plan
+from cube_jax.evaluation import run_episode
+from cube_jax.symbolic import parse_plan
+
+class Slow(Agent):
+    kind = "scripted"
+    async def decide(self, ctx):
+        if ctx.t >= 2:
+            print("waiting", flush=True)
+            await asyncio.sleep(60)
+        return Decision(plan=Plan("one", tuple(parse_plan("idle(1)"))))
+
+env = cube_jax.make("easy")
+run_episode(env, [Slow(), Slow()], seed=0, trace=sys.argv[1])
+"""
+
+
+def test_ctrl_c_still_ends_the_trace(tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    path = tmp_path / "stopped.jsonl"
+    root = str(Path(__file__).resolve().parents[1])
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([root] + [p for p in [os.environ.get("PYTHONPATH")] if p]))
+    process = subprocess.Popen([sys.executable, "-c", CTRL_C_SCRIPT, str(path)], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True, env=env)
+    assert process.stdout.readline().strip() == "waiting"  # the episode is two steps in, awaiting a decision
+    process.send_signal(signal.SIGINT)
+    _, err = process.communicate(timeout=60)
+    assert process.returncode != 0 and "KeyboardInterrupt" in err
+    end = read_trace(path)[-1]
     # asyncio turns Ctrl-C into a cancellation of the running episode
     assert end["reason"] == "interrupted (cancelled)" and end["truncated"] and end["steps"] == 2
 
