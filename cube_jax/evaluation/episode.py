@@ -40,7 +40,7 @@ import logging
 import os
 import time
 from pathlib import Path
-from typing import Any, Deque, Dict, List, Mapping, Optional, Sequence, Union
+from typing import Any, Awaitable, Callable, Deque, Dict, List, Mapping, Optional, Sequence, Union
 
 import jax
 import numpy as np
@@ -170,13 +170,17 @@ class Episode:
     """One episode of ``agents`` (one per agent of ``env``, id order) under ``topology``.
 
     ``trace`` is a path, a :class:`TraceWriter` or None. ``env_kwargs`` is recorded in the
-    trace's episode record (default: derived from ``env``). Use :func:`run_episode` or
-    ``await Episode(...).run()``.
+    trace's episode record (default: derived from ``env``). ``on_record(record)`` is called
+    with every trace record as it happens (whether or not a trace file is written: a live
+    view listens here), and ``before_step()``, when given, is awaited before every
+    environment step (a viewer's pause, single-step and speed controls). Use
+    :func:`run_episode` or ``await Episode(...).run()``.
     """
 
     def __init__(self, env: CubeEnv, agents: Sequence[Agent], *, seed: int, topology: Union[str, Topology] = "individual",
                  trace: Union[None, str, os.PathLike, TraceWriter] = None, limits: Optional[Limits] = None,
-                 env_kwargs: Optional[Mapping[str, Any]] = None):
+                 env_kwargs: Optional[Mapping[str, Any]] = None, on_record: Optional[Callable[[dict], None]] = None,
+                 before_step: Optional[Callable[[], Awaitable[None]]] = None):
         if len(agents) != env.num_agents:
             raise ValueError(f"Episode: {len(agents)} agents given for a world of {env.num_agents}")
         for i, agent in enumerate(agents):
@@ -191,6 +195,8 @@ class Episode:
         self.max_steps = min(env.max_steps, self.limits.max_steps or env.max_steps)
         self.env_kwargs = dict(env_kwargs) if env_kwargs is not None else env_spec(env)
         self._trace_target = trace
+        self.on_record = on_record
+        self.before_step = before_step
         self.slots = [_Slot(i, a, agent_name(i)) for i, a in enumerate(agents)]
         self.executor = PlanExecutor(env, keep_history=True)
         self.trace: Optional[TraceWriter] = None
@@ -234,6 +240,8 @@ class Episode:
         try:
             while True:
                 await self._with_wall_limit(self._cognitive_phase())
+                if self.before_step is not None:
+                    await self.before_step()
                 terminated, truncated = self._step()
                 if terminated:
                     reason = "all blocks delivered"
@@ -550,8 +558,7 @@ class Episode:
             else:
                 self._plan_record(slot, "unfinished")
         outcome = self._outcome()
-        if self.trace is not None:
-            self.trace.end(self.t, terminated=terminated, truncated=truncated, reason=reason, **outcome)
+        self._write("end", terminated=terminated, truncated=truncated, reason=reason, **outcome)
         return EpisodeResult(
             seed=self.seed, terminated=terminated, truncated=truncated, reason=reason,
             episode_return=round(self._episode_return, 6), model_calls=self.model_calls,
@@ -563,7 +570,13 @@ class Episode:
     # -- records --------------------------------------------------------------------------------
     def _write(self, record_type: str, **fields) -> None:
         if self.trace is not None:
-            self.trace.write(record_type, self.t, **fields)
+            record = self.trace.write(record_type, self.t, **fields)
+        elif self.on_record is not None:
+            record = {"type": record_type, "t": self.t, "wall": round(time.perf_counter() - self._start, 6), **fields}
+        else:
+            return
+        if self.on_record is not None:
+            self.on_record(record)
 
     def _set_stage(self, slot: _Slot, stage: Stage) -> None:
         slot.stage = stage
