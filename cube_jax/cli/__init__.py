@@ -10,8 +10,9 @@ import sys
 from typing import Optional, Sequence
 
 from cube_jax.cli import eval as eval_command
+from cube_jax.cli import report as report_command
 
-COMMANDS = (eval_command,)
+COMMANDS = (eval_command, report_command)
 
 
 def build_parser() -> argparse.ArgumentParser:
