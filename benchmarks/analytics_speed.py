@@ -12,7 +12,8 @@ them), then times, ``--repeats`` times each:
 - ``report``: the same plus the bootstrap intervals of every metric (:func:`build_report`);
 - ``cli``: ``python -m cube_jax.cli report FOLDER --json ...`` as a user runs it, start-up included.
 
-Prints a table and writes ``benchmarks/results/analytics_speed.json``.
+Prints a table (best and median wall seconds, and CPU seconds, which other jobs on a
+shared machine disturb less) and writes ``benchmarks/results/analytics_speed.json``.
 """
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ import argparse
 import json
 import os
 import platform
+import resource
 import subprocess
 import sys
 import tempfile
@@ -44,13 +46,21 @@ def write_traces(folder: Path, traces: int, steps: int, n: int) -> list:
     return paths
 
 
-def timed(function, repeats: int) -> list:
-    seconds = []
+def cpu_seconds() -> float:
+    """CPU time of this process and of its finished children (pool workers, subprocesses)."""
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return time.process_time() + children.ru_utime + children.ru_stime
+
+
+def timed(function, repeats: int) -> tuple:
+    """(wall seconds, CPU seconds) of each of ``repeats`` calls."""
+    wall, cpu = [], []
     for _ in range(repeats):
-        start = time.perf_counter()
+        start, start_cpu = time.perf_counter(), cpu_seconds()
         function()
-        seconds.append(time.perf_counter() - start)
-    return seconds
+        wall.append(time.perf_counter() - start)
+        cpu.append(cpu_seconds() - start_cpu)
+    return wall, cpu
 
 
 def main() -> None:
@@ -69,6 +79,7 @@ def main() -> None:
     print(f"{len(paths)} traces in {folder} ({sum(p.stat().st_size for p in paths) / 1e6:.0f} MB), "
           f"ready in {time.perf_counter() - start:.1f} s", flush=True)
 
+    load_before = os.getloadavg()[0]
     rows = []
     for jobs in sorted({1, args.jobs}):
         rows.append(("metrics", jobs, timed(lambda: measure_traces(paths, jobs=jobs), args.repeats)))
@@ -77,16 +88,19 @@ def main() -> None:
     command = [sys.executable, "-m", "cube_jax.cli", "report", str(folder), "--json", str(out), "--quiet"]
     rows.append(("cli", args.jobs, timed(lambda: subprocess.run(command, check=True), args.repeats)))
 
-    print(f"\n{'what':<8} {'jobs':>4} {'best s':>8} {'median s':>9} {'traces/s':>9}")
+    load = os.getloadavg()[0]
+    print(f"\nload average while timing: {load_before:.1f} before, {load:.1f} after ({os.cpu_count()} CPUs)")
+    print(f"{'what':<8} {'jobs':>4} {'best s':>8} {'median s':>9} {'traces/s':>9} {'CPU s':>7}")
     results = []
-    for what, jobs, seconds in rows:
+    for what, jobs, (seconds, cpu) in rows:
         best, median = min(seconds), sorted(seconds)[len(seconds) // 2]
-        print(f"{what:<8} {jobs:>4} {best:>8.2f} {median:>9.2f} {len(paths) / best:>9.0f}")
-        results.append({"what": what, "jobs": jobs, "seconds": seconds, "best_s": best, "median_s": median})
+        print(f"{what:<8} {jobs:>4} {best:>8.2f} {median:>9.2f} {len(paths) / best:>9.0f} {min(cpu):>7.2f}")
+        results.append({"what": what, "jobs": jobs, "seconds": seconds, "best_s": best, "median_s": median,
+                        "cpu_seconds": cpu})
     RESULTS.mkdir(exist_ok=True)
     summary = {"traces": len(paths), "steps": args.steps, "n": args.n,
                "megabytes": sum(p.stat().st_size for p in paths) / 1e6, "cpus": os.cpu_count(),
-               "python": platform.python_version(), "results": results}
+               "python": platform.python_version(), "load_average": [load_before, load], "results": results}
     (RESULTS / "analytics_speed.json").write_text(json.dumps(summary, indent=1) + "\n")
     print(f"\nwrote {RESULTS / 'analytics_speed.json'}")
 

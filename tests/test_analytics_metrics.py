@@ -15,11 +15,13 @@ from hypothesis import strategies as st
 import cube_jax.analytics.compare
 import cube_jax.analytics.intervals
 import cube_jax.analytics.metrics
+import cube_jax.analytics.records
 import cube_jax.analytics.report
 import cube_jax.analytics.synthetic
 import cube_jax.analytics.timeline
 import cube_jax.analytics.traces
 from cube_jax.analytics.metrics import EMCOOP_LEGEND, EMCOOP_METRICS, METRICS, RATIO_METRICS, episode_metrics
+from cube_jax.analytics.records import decode_records
 from cube_jax.analytics.synthetic import random_trace
 from cube_jax.analytics.traces import load_trace
 from cube_jax.evaluation.trace import dumps, read_trace, validate_trace
@@ -40,7 +42,8 @@ def test_the_metric_names_are_section_6s():
     assert EMCOOP_LEGEND["D_delta"].startswith("M1: D_δ") and EMCOOP_LEGEND["C_participation_ratio"].startswith("M18")
 
 
-@pytest.mark.parametrize("module", ["traces", "metrics", "intervals", "report", "compare", "timeline", "synthetic"])
+@pytest.mark.parametrize("module", ["traces", "records", "metrics", "intervals", "report", "compare", "timeline",
+                                    "synthetic"])
 def test_docstring_examples_run(module):
     assert doctest.testmod(getattr(cube_jax.analytics, module)).failed == 0
 
@@ -295,6 +298,8 @@ def test_random_traces_match_the_literal_definitions(params):
     # the fast reader and the validating reader give the same records
     assert load_trace(io.StringIO(text)) == read_trace(io.StringIO(text)) == records
     m = episode_metrics(records)
+    # the report's path, from the file's bytes to typed records, gives the same metrics
+    assert episode_metrics(decode_records(text.encode())) == m
     for key, value in literal_metrics(records).items():
         assert m[key] == pytest.approx(value, abs=1e-9), key
 

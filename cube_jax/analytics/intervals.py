@@ -16,13 +16,10 @@ the mean itself.
 """
 from __future__ import annotations
 
-import logging
 import math
-from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+from typing import Dict, Iterable, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
-
-logger = logging.getLogger(__name__)
 
 CONFIDENCE = 0.95
 RESAMPLES = 10_000

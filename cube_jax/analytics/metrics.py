@@ -1,8 +1,8 @@
 """The metrics of one episode, from its trace alone (LLM.md section 6).
 
-:func:`episode_metrics` reads the records of one trace (as :func:`~cube_jax.analytics.traces.load_trace`
-or :func:`~cube_jax.evaluation.trace.read_trace` return them) in one pass and returns every
-metric: the outcomes, EmCoop's eighteen under its legend's names, and the cost of the model
+:func:`episode_metrics` reads the records of one trace (dicts, as
+:func:`~cube_jax.evaluation.trace.read_trace` returns them, or the structs of
+:mod:`cube_jax.analytics.records`) in one pass and returns every metric: the outcomes, EmCoop's eighteen under its legend's names, and the cost of the model
 calls. The definitions, in short (T = the ``end`` record's ``steps``, at least 1):
 
 - A stage lasts from its ``stage`` record to the agent's next one, or to the ``end`` record;
@@ -26,9 +26,22 @@ calls. The definitions, in short (T = the ``end`` record's ``steps``, at least 1
 from __future__ import annotations
 
 from collections import Counter
-from typing import Dict, List, Sequence
+from typing import Dict, List, Sequence, Union
 
 import numpy as np
+
+from cube_jax.analytics.records import (
+    LLMCall,
+    Message,
+    Plan,
+    Record,
+    RecordError,
+    Stage,
+    Step,
+    TaskCounts,
+    check_order,
+    from_dicts,
+)
 
 OUTCOME_METRICS = ("success", "blocks_delivered", "blocks_total", "weight_delivered", "steps", "score_per_step")
 EMCOOP_METRICS = (
@@ -87,48 +100,53 @@ DECISION_STAGES = frozenset(("R", "W", "I"))  # the stage records D_delta counts
 # dependencies between tasks, so their ratio is the neutral 0.5.
 CONSTRAINT_COUNTS = ("spatial", "temporal", "participation")
 INTERRUPTED_EVENTS = frozenset(("failed", "replaced"))
-_OTHER_RECORDS = frozenset(("episode", "end"))
-_STAGE_NAMES = frozenset(("R", "W", "X", "I"))
-_PLAN_EVENTS = frozenset(("committed", "resumed", "succeeded", "failed", "replaced", "unfinished"))
-_NO_COUNTS = {"spatial": 0, "temporal": 0, "participation": 0}
+_NO_COUNTS = TaskCounts(0, 0, 0, 0)
 
 
-def episode_metrics(records: Sequence[dict]) -> Dict[str, object]:
+def episode_metrics(records: Sequence[Union[dict, Record]]) -> Dict[str, object]:
     """Every metric of LLM.md section 6 for one episode's records (see the module docstring).
 
-    ``records`` must follow the trace schema (the first is the ``episode`` record, the
-    last the ``end`` record). Counts are ints, ``success`` a bool, the rest floats.
+    ``records`` are dicts (as :func:`~cube_jax.evaluation.trace.read_trace` returns them, or
+    as a running episode keeps them) or the structs of :mod:`cube_jax.analytics.records`;
+    the first must be the ``episode`` record and the last the ``end`` record. Counts are
+    ints, ``success`` a bool, the rest floats. Raises
+    :class:`~cube_jax.analytics.records.RecordError` for records it cannot read.
     """
+    if records and isinstance(records[0], dict):
+        records = from_dicts(records)
+    problem = check_order(records)
+    if problem is not None:
+        raise RecordError(problem[0], "type", problem[1])
     header, end = records[0], records[-1]
-    agents = list(header["agents"])
-    horizon = max(int(end["steps"]), 1)
+    agents = list(header.agents)
+    horizon = max(end.steps, 1)
 
     stages = _StageClock(agents)
     sent = dict.fromkeys(agents, 0)
     plans = _PlanBook()
     coherence = _Coherence()
     constraints = _ConstraintChanges()
-    llm_calls: List[dict] = []
+    llm_calls: List[LLMCall] = []
 
     for index, record in enumerate(records):
-        kind = record["type"]
-        if kind == "step":
+        kind = type(record)
+        if kind is Step:
             coherence.at_step(stages.current)
             constraints.at_step(record)
-        elif kind == "stage":
-            stages.enter(record["agent"], record["stage"], record["wall"])
+        elif kind is Stage:
+            stages.enter(index, record.agent, record.stage, record.wall)
             coherence.changed()
-        elif kind == "plan":
+        elif kind is Plan:
             plans.add(index, record)
-            if record["event"] in ("committed", "resumed"):
-                coherence.set_spec(record["agent"], record["spec"])
-        elif kind == "message":
-            sent[record["sender"]] += 1
-        elif kind == "llm":
+            if record.event in ("committed", "resumed"):
+                coherence.set_spec(record.agent, record.spec)
+        elif kind is Message:
+            if record.sender not in sent:
+                raise RecordError(index + 1, "sender", f"unknown agent {record.sender!r}")
+            sent[record.sender] += 1
+        elif kind is LLMCall:
             llm_calls.append(record)
-        elif kind not in _OTHER_RECORDS:
-            raise ValueError(f"record {index + 1}: unknown record type {kind!r}")
-    stages.close(end["wall"])
+    stages.close(end.wall)
 
     decision = [stages.deciding[a] for a in agents]
     waiting = [stages.waiting[a] for a in agents]
@@ -136,12 +154,12 @@ def episode_metrics(records: Sequence[dict]) -> Dict[str, object]:
     interrupted, resumed = plans.interruptions()
     res_rate = resumed / interrupted if interrupted else 0.0
     metrics: Dict[str, object] = {
-        "success": bool(end["terminated"]),
-        "blocks_delivered": int(end["blocks_delivered"]),
-        "blocks_total": int(end["blocks_total"]),
-        "weight_delivered": int(end["weight_delivered"]),
-        "steps": int(end["steps"]),
-        "score_per_step": float(end["weight_delivered"]) / horizon,
+        "success": bool(end.terminated),
+        "blocks_delivered": end.blocks_delivered,
+        "blocks_total": end.blocks_total,
+        "weight_delivered": end.weight_delivered,
+        "steps": end.steps,
+        "score_per_step": end.weight_delivered / horizon,
         "D_delta": stages.decisions / horizon,
         "decision_time_avg": _mean(decision),
         "decision_time_std": _std(decision),
@@ -189,11 +207,9 @@ class _StageClock:
         elif stage == "W":
             self.waiting[agent] += wall - self.since[agent]
 
-    def enter(self, agent: str, stage: str, wall: float) -> None:
+    def enter(self, index: int, agent: str, stage: str, wall: float) -> None:
         if agent not in self.deciding:
-            raise KeyError(f"stage record of an agent the episode record does not name: {agent!r}")
-        if stage not in _STAGE_NAMES:
-            raise ValueError(f"unknown stage {stage!r}")
+            raise RecordError(index + 1, "agent", f"unknown agent {agent!r}")
         self._finish(agent, wall)
         self.current[agent] = stage
         self.since[agent] = wall
@@ -216,21 +232,19 @@ class _PlanBook:
         self.commits: Dict[str, List[tuple]] = {}  # agent -> [(record index, plan_id, spec)]
         self._committed: set = set()
 
-    def add(self, index: int, record: dict) -> None:
-        plan_id = record["plan_id"]
-        if record["event"] not in _PLAN_EVENTS:
-            raise ValueError(f"unknown plan event {record['event']!r}")
+    def add(self, index: int, record: Plan) -> None:
+        plan_id = record.plan_id
         if plan_id not in self.agent_of:
-            self.agent_of[plan_id] = record["agent"]
+            self.agent_of[plan_id] = record.agent
             self.first_index[plan_id] = index
-            self.spec_of[plan_id] = record["spec"]
-        if record["event"] == "committed":
+            self.spec_of[plan_id] = record.spec
+        if record.event == "committed":
             if plan_id not in self._committed:
                 # a plan's spec is the one it was committed with
                 self._committed.add(plan_id)
-                self.spec_of[plan_id] = record["spec"]
-            self.commits.setdefault(record["agent"], []).append((index, plan_id, record["spec"]))
-        self.last_event[plan_id] = record["event"]
+                self.spec_of[plan_id] = record.spec
+            self.commits.setdefault(record.agent, []).append((index, plan_id, record.spec))
+        self.last_event[plan_id] = record.event
 
     def next_spec(self, plan_id) -> object:
         """The spec of the agent's next plan after ``plan_id``, or None when there is none."""
@@ -308,8 +322,8 @@ class _ConstraintChanges:
             block = self._block_of[key] = key.partition(":")[0]
         return block
 
-    def at_step(self, record: dict) -> None:
-        tasks = record["tasks"]
+    def at_step(self, record: Step) -> None:
+        tasks = record.tasks
         previous = self.previous
         # most faces keep their counts from one step to the next: compare whole maps first
         if previous is not None and previous != tasks:
@@ -321,15 +335,15 @@ class _ConstraintChanges:
                 after = tasks.get(key, _NO_COUNTS)
                 if before != after:
                     self._compare(key, before, after)
-        for block in record["delivered"]:
+        for block in record.delivered:
             self.delivered.add(str(block))
         self.previous = tasks
 
-    def _compare(self, key: str, before: dict, after: dict) -> None:
+    def _compare(self, key: str, before: TaskCounts, after: TaskCounts) -> None:
         settled = True
         for name in CONSTRAINT_COUNTS:
             rose, fell = self.rose[name], self.fell[name]
-            change = after[name] - before[name]
+            change = getattr(after, name) - getattr(before, name)
             if change > 0:
                 rose.add(key)
             elif change < 0:
@@ -344,17 +358,17 @@ class _ConstraintChanges:
         return rose / (rose + fell) if rose + fell else 0.5
 
 
-def _cost(calls: List[dict]) -> Dict[str, object]:
+def _cost(calls: List[LLMCall]) -> Dict[str, object]:
     if not calls:
         return {"llm_calls": 0, "prompt_tokens": 0, "completion_tokens": 0, "latency_mean_s": 0.0,
                 "latency_p95_s": 0.0, "invalid_reply_rate": 0.0, "fallbacks": 0}
-    latencies = np.array([float(call["latency_s"]) for call in calls])
+    latencies = np.array([call.latency_s for call in calls])
     return {
         "llm_calls": len(calls),
-        "prompt_tokens": int(sum(call["prompt_tokens"] for call in calls)),
-        "completion_tokens": int(sum(call["completion_tokens"] for call in calls)),
+        "prompt_tokens": sum(call.prompt_tokens for call in calls),
+        "completion_tokens": sum(call.completion_tokens for call in calls),
         "latency_mean_s": float(latencies.mean()),
         "latency_p95_s": float(np.percentile(latencies, 95)),
-        "invalid_reply_rate": sum(call["valid"] is False for call in calls) / len(calls),
-        "fallbacks": sum(call["fallback"] is True for call in calls),
+        "invalid_reply_rate": sum(not call.valid for call in calls) / len(calls),
+        "fallbacks": sum(call.fallback for call in calls),
     }

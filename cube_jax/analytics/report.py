@@ -38,14 +38,9 @@ from typing import Dict, Iterable, List, Sequence, Union
 
 from cube_jax.analytics.intervals import CONFIDENCE, RESAMPLES, summarize
 from cube_jax.analytics.metrics import METRICS, episode_metrics
-from cube_jax.analytics.traces import (
-    _collector_paused,
-    load_trace,
-    problem_of,
-    run_fields,
-    trace_paths,
-)
-from cube_jax.evaluation.trace import TraceError, validate_trace
+from cube_jax.analytics.records import RecordError, header_fields
+from cube_jax.analytics.traces import collector_paused, load_metric_records, problem_of, run_fields, trace_paths
+from cube_jax.evaluation.trace import TraceError, TraceProblem, validate_trace
 
 logger = logging.getLogger(__name__)
 
@@ -100,17 +95,13 @@ def measure_trace(path: PathLike, validate: bool = False) -> dict:
         problem = validate_trace(path)
         if problem is not None:
             raise TraceError(str(path), problem)
-    with _collector_paused():
-        records = load_trace(path, check=False)
+    with collector_paused():
+        records = load_metric_records(path)
         try:
             metrics = episode_metrics(records)
-        except (KeyError, TypeError, ValueError, AttributeError, IndexError) as err:
-            error = problem_of(path)
-            if error is None:
-                raise RuntimeError(f"{path}: the metrics failed on a trace the schema accepts: {err!r}") from err
-            raise error from None
-    header = records[0]
-    return {"trace": str(path), "seed": header["seed"], **metrics, "run": run_fields(header)}
+        except RecordError as err:
+            raise problem_of(path) or TraceError(str(path), TraceProblem(err.line, err.key, str(err))) from None
+    return {"trace": str(path), "seed": records[0].seed, **metrics, "run": run_fields(header_fields(records[0]))}
 
 
 def _measure_or_fail(item) -> tuple:

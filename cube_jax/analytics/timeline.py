@@ -3,8 +3,8 @@ blocks' faces were manned, as EmCoop's Figs. 2 and 6 draw it.
 
 Three panels share the horizontal axis, the environment steps. Between two steps, the
 records written while the environment waited (reasoning, messages, plan events) get a
-narrow column of their own (``phase_width`` steps wide), in the order they were written,
-so that the cognitive time that takes no environment step stays visible.
+narrow column of their own (:func:`timeline_axis`), in the order they were written, so
+that the cognitive time that takes no environment step stays visible.
 
 - **Agents**: one lane per agent, coloured by its stage (R reasoning, W waiting,
   X executing, I interrupted); markers for plan events (new, resumed, succeeded, failed,
@@ -26,6 +26,7 @@ True
 from __future__ import annotations
 
 import dataclasses
+from collections import Counter
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
@@ -64,9 +65,11 @@ class TimelineAxis:
     end: float
 
 
-def timeline_axis(records: Sequence[dict], phase_width: float = 0.6) -> TimelineAxis:
+def timeline_axis(records: Sequence[dict], phase_width: float = 0.5) -> TimelineAxis:
     """Places the records: one unit per step; the records between two steps (and before the
-    first) share a column ``phase_width`` wide, spread over it in the order written."""
+    first) share a column spread over in the order written, ``phase_width`` wide for each
+    stage change of the busiest agent in it (at most three), so that an agent that goes
+    R, W and X between two steps shows all three."""
     position = [0.0] * len(records)
     step_left: List[float] = []
     x = 0.0
@@ -75,9 +78,11 @@ def timeline_axis(records: Sequence[dict], phase_width: float = 0.6) -> Timeline
     def place_phase() -> None:
         nonlocal x
         if pending:
+            changes = Counter(records[i]["agent"] for i in pending if records[i]["type"] == "stage")
+            width = phase_width * min(3, max(1, max(changes.values(), default=1)))
             for rank, index in enumerate(pending):
-                position[index] = x + phase_width * (rank + 0.5) / len(pending)
-            x += phase_width
+                position[index] = x + width * (rank + 0.5) / len(pending)
+            x += width
             pending.clear()
 
     for index, record in enumerate(records):
@@ -97,7 +102,7 @@ def timeline_axis(records: Sequence[dict], phase_width: float = 0.6) -> Timeline
     return TimelineAxis(position, step_left, x)
 
 
-def render_timeline(records: Sequence[dict], path, *, title: Optional[str] = None, phase_width: float = 0.6,
+def render_timeline(records: Sequence[dict], path, *, title: Optional[str] = None, phase_width: float = 0.5,
                     steps: Optional[Tuple[int, int]] = None, dpi: int = 110) -> Path:
     """Draws the timeline of one episode's ``records`` into the PNG ``path``.
 
@@ -232,7 +237,7 @@ def render_timeline(records: Sequence[dict], path, *, title: Optional[str] = Non
     if steps is not None:
         start, stop = max(0, steps[0]), min(len(axis.step_left), steps[1])
         if start < stop:
-            low = axis.step_left[start] - (phase_width if start > 0 else 0)
+            low = axis.step_left[start - 1] + 1.0 if start > 0 else 0.0
             high = axis.step_left[stop - 1] + 1.0
     ax_faces.set_xlim(low, high)
     ax_faces.set_xlabel("environment step (narrow columns between steps: reasoning, messages, plan events)", fontsize=9)
