@@ -18,7 +18,7 @@ from cube_jax.analytics.synthetic import random_trace
 from cube_jax.analytics.timeline import render_timeline, timeline_axis
 from cube_jax.analytics.traces import load_trace, stratum, team_label
 from cube_jax.evaluation.trace import TraceError, dumps
-from tests.analytics_traces import TraceBuilder
+from tests.test_analytics_metrics import TraceBuilder
 
 
 def write(path: Path, records) -> Path:
