@@ -20,6 +20,7 @@ episodes each run has and warns about runs with fewer than ``--expect`` (32).
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -65,9 +66,12 @@ def main() -> int:
     render_timeline(load_trace(chosen), args.out / "planners_timeline.png")
     print(f"wrote {args.out}/planners.md, planners.csv, planners_bars.png, planners_timeline.png (from {chosen})")
     if args.doc is not None:
+        figures = Path(os.path.relpath(args.out, args.doc.parent)).as_posix()
         header = (f"{len(report.episodes)} episodes; runs by team and scenario; each cell: mean "
-                  "[95% bootstrap interval]. Timeline of one episode: `planners_timeline.png`.\n\n")
-        put_into_doc(args.doc, header + markdown_table(runs, METRICS))
+                  "[95% bootstrap interval].\n\n")
+        pictures = (f"\n![outcomes and communication]({figures}/planners_bars.png)\n\n"
+                    f"Timeline of `{chosen}`:\n\n![timeline]({figures}/planners_timeline.png)\n")
+        put_into_doc(args.doc, header + markdown_table(runs, METRICS) + pictures)
         print(f"filled the planners table of {args.doc}")
     return 0
 
