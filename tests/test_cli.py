@@ -42,7 +42,11 @@ def test_bad_arguments_are_argparse_errors_naming_the_argument(argv, argument, r
 
 def check_json(path, episodes, seed, max_steps, blocks):
     out = json.loads(path.read_text())
-    assert set(out) == {"success_rate", "mean_steps", "episodes", "team", "loop", "env"}
+    assert set(out) == {"success_rate", "mean_steps", "episodes", "intervals", "team", "loop", "env"}
+    assert set(out["intervals"]) == {"success_rate", "blocks_delivered", "weight_delivered", "steps"}
+    for summary in out["intervals"].values():
+        assert summary["ci_low"] <= summary["mean"] <= summary["ci_high"]
+    assert out["intervals"]["success_rate"]["mean"] == pytest.approx(out["success_rate"])
     assert [e["seed"] for e in out["episodes"]] == list(range(seed, seed + episodes))
     for e in out["episodes"]:
         assert set(e) == {"seed", "blocks_total", "blocks_delivered", "steps", "success", "weight_delivered",
@@ -68,7 +72,7 @@ def test_heuristic_solves_easy_and_writes_the_json(tmp_path, capsys):
     # "easy" has one fixed layout: every episode is the same, solved well within the limit
     assert out["success_rate"] == 1.0
     assert len({e["steps"] for e in out["episodes"]}) == 1 and out["mean_steps"] < 100
-    assert "success rate      1.000" in captured.out and "episodes/s" in captured.out
+    assert "success rate      1.000   95% CI 1 [1, 1]" in captured.out and "episodes/s" in captured.out
 
 
 @pytest.mark.slow

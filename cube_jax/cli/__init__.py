@@ -11,8 +11,9 @@ from typing import Optional, Sequence
 
 from cube_jax.cli import eval as eval_command
 from cube_jax.cli import llm as llm_command
+from cube_jax.cli import report as report_command
 
-COMMANDS = (eval_command, llm_command)
+COMMANDS = (eval_command, llm_command, report_command)
 
 
 def build_parser() -> argparse.ArgumentParser:

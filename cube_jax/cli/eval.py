@@ -172,17 +172,23 @@ def _cpu_episodes(env, kwargs, members, args) -> Dict[str, Any]:
 
 
 def summary_table(name: str, env, result: dict, loop: str) -> str:
+    from cube_jax.analytics.intervals import interval_text
+
     episodes = result["episodes"]
     delivered = sum(e["blocks_delivered"] for e in episodes)
     total = sum(e["blocks_total"] for e in episodes)
+    ci = result["intervals"]
     rows = [
         ("team" if "," in name else "policy", name),
         ("world", repr(env)),
         ("loop", loop),
         ("episodes", f"{len(episodes)} (seeds {episodes[0]['seed']}..{episodes[-1]['seed']})"),
-        ("success rate", f"{result['success_rate']:.3f}"),
-        ("blocks delivered", f"{delivered}/{total} ({delivered / max(total, 1):.3f})"),
-        ("mean steps", f"{result['mean_steps']:.1f} (max_steps {env.max_steps})"),
+        ("success rate", f"{result['success_rate']:.3f}   95% CI {interval_text(ci['success_rate'])}"),
+        ("blocks delivered", f"{delivered}/{total} ({delivered / max(total, 1):.3f})   per episode "
+                             f"{interval_text(ci['blocks_delivered'])}"),
+        ("weight delivered", f"per episode {interval_text(ci['weight_delivered'])}"),
+        ("mean steps", f"{result['mean_steps']:.1f} (max_steps {env.max_steps})   95% CI "
+                       f"{interval_text(ci['steps'])}"),
         ("compile time", f"{result['compile_seconds']:.1f} s"),
         ("run time", f"{result['run_seconds']:.2f} s"),
         ("episodes/s", f"{len(episodes) / max(result['run_seconds'], 1e-9):.1f}"),
@@ -215,9 +221,13 @@ def run(parser: argparse.ArgumentParser, args) -> int:
                           progress=not args.no_progress)
     else:
         result = _cpu_episodes(env, kwargs, members, args)
+    from cube_jax.analytics import eval_intervals
+
+    # 95% bootstrap intervals over episodes (a fixed world has one stratum; so does the curriculum)
+    result["intervals"] = eval_intervals(result["episodes"])
     print(summary_table(name, env, result, loop))
     if args.json is not None:
-        out = {key: result[key] for key in ("success_rate", "mean_steps", "episodes")}
+        out = {key: result[key] for key in ("success_rate", "mean_steps", "episodes", "intervals")}
         out.update({"team": [str(m) for m in members], "loop": loop, "env": kwargs})
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(out, indent=2))

@@ -299,15 +299,17 @@ async def _play(env, kwargs, members, args, prompts):
 
 def _write_outputs(args, results) -> None:
     """metrics.json and the timelines, from the traces alone."""
-    from cube_jax.analytics.report import write_metrics_json
-    from cube_jax.analytics.timeline import render_timeline_file
+    from cube_jax.analytics import render_timeline, write_metrics_json
+    from cube_jax.evaluation import read_trace
 
     traces = [Path(r.trace) for r in results if r.trace is not None]
-    write_metrics_json(traces, args.out / "metrics.json")
+    report = write_metrics_json(traces, args.out / "metrics.json")
+    for failure in report.failures:
+        log.warning("left out of the metrics: %s", failure)
     print(f"wrote {args.out / 'metrics.json'}")
     if not args.no_timelines:
         for path in traces:
             try:
-                render_timeline_file(path, path.with_suffix(".png"))
+                render_timeline(read_trace(path), path.with_suffix(".png"))
             except Exception as err:  # noqa: BLE001 - a picture must not cost the run its other outputs
                 log.warning("timeline of %s not drawn: %s", path, err)

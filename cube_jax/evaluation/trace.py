@@ -360,7 +360,8 @@ def check_records(lines: List[str]) -> Tuple[List[dict], Optional[TraceProblem]]
         if records and records[-1]["type"] == "end":
             return records, TraceProblem(number, "type", "a record after the 'end' record")
         try:
-            RECORD_MODELS[kind].model_validate(record)
+            # JSON mode: the strict models take JSON arrays for their tuples (positions, blocks)
+            RECORD_MODELS[kind].model_validate_json(text)
         except pydantic.ValidationError as err:
             return records, _pydantic_problem(number, err)
         if record["t"] < last_t:

@@ -1,0 +1,42 @@
+"""Cooperation analytics from episode traces (LLM.md sections 5 and 6).
+
+- :mod:`~cube_jax.analytics.metrics`: :func:`episode_metrics`, every metric of one episode
+  (the outcomes, EmCoop's eighteen, the cost of model calls).
+- :mod:`~cube_jax.analytics.intervals`: :func:`bootstrap_ci`, means with stratified
+  bootstrap intervals; :func:`eval_intervals` for ``cube-jax eval``'s episodes.
+- :mod:`~cube_jax.analytics.report`: :func:`build_report` and :func:`write_metrics_json`,
+  from trace files and folders to metrics.json.
+- :mod:`~cube_jax.analytics.compare`: runs side by side, as tables and plots.
+- :mod:`~cube_jax.analytics.timeline`: :func:`render_timeline`, a picture of one episode.
+- :mod:`~cube_jax.analytics.traces`: reading traces fast; :mod:`~cube_jax.analytics.synthetic`:
+  random valid traces.
+
+The plotting modules import matplotlib only when they draw.
+"""
+from cube_jax.analytics.intervals import bootstrap_ci, eval_intervals, summarize
+from cube_jax.analytics.metrics import COST_METRICS, EMCOOP_LEGEND, EMCOOP_METRICS, METRICS, OUTCOME_METRICS, episode_metrics
+from cube_jax.analytics.report import Report, TraceFailure, build_report, validate_traces, write_metrics_json
+from cube_jax.analytics.timeline import render_timeline
+from cube_jax.analytics.traces import load_trace, stratum, team_label, trace_paths
+
+__all__ = [
+    "COST_METRICS",
+    "EMCOOP_LEGEND",
+    "EMCOOP_METRICS",
+    "METRICS",
+    "OUTCOME_METRICS",
+    "Report",
+    "TraceFailure",
+    "bootstrap_ci",
+    "build_report",
+    "episode_metrics",
+    "eval_intervals",
+    "load_trace",
+    "render_timeline",
+    "stratum",
+    "summarize",
+    "team_label",
+    "trace_paths",
+    "validate_traces",
+    "write_metrics_json",
+]

@@ -1,0 +1,320 @@
+"""A picture of one episode, from its trace: who reasoned, waited and acted, and when the
+blocks' faces were manned, as EmCoop's Figs. 2 and 6 draw it.
+
+Three panels share the horizontal axis, the environment steps. Between two steps, the
+records written while the environment waited (reasoning, messages, plan events) get a
+narrow column of their own (:func:`timeline_axis`), in the order they were written, so
+that the cognitive time that takes no environment step stays visible.
+
+- **Agents**: one lane per agent, coloured by its stage (R reasoning, W waiting,
+  X executing, I interrupted); markers for plan events (new, resumed, succeeded, failed,
+  replaced, unfinished); messages as arrows from the sender's lane to each recipient's.
+- **Actions**: one thin lane per agent, the primitive action of every step.
+- **Faces**: one lane per block face that agents ever lined up behind or pushed,
+  labelled ``b<block>:<face> w<weight>``: the light area is the agents aligned (spatial)
+  and the dark one the agents aligned and pushing (joint), each as a share of the weight,
+  so a lane filled dark to the top is a satisfied face; the orange line is the agents
+  pushing (temporal). The column before a step shows that step's counts.
+- Dashed verticals mark deliveries, labelled with the block.
+
+>>> import tempfile, pathlib
+>>> from cube_jax.analytics.synthetic import random_trace
+>>> path = render_timeline(random_trace(seed=0, n=2, steps=20), pathlib.Path(tempfile.mkdtemp()) / "t.png")
+>>> path.stat().st_size > 10_000
+True
+"""
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from cube_jax.analytics.traces import agent_names, run_fields
+
+STAGE_COLORS = {"R": "#4C72B0", "W": "#F2B701", "X": "#59A14F", "I": "#E15759"}
+STAGE_NAMES = {"R": "R reasoning", "W": "W waiting", "X": "X executing", "I": "I interrupted"}
+# plan event -> (marker, fill, legend)
+PLAN_MARKERS = {
+    "committed": ("^", "white", "plan new"),
+    "resumed": ("o", "#FFD92F", "plan resumed"),
+    "succeeded": ("*", "#1A9850", "plan succeeded"),
+    "failed": ("X", "#D7301F", "plan failed"),
+    "replaced": ("s", "#B07AA1", "plan replaced"),
+    "unfinished": ("|", "#555555", "plan unfinished"),
+}
+ACTION_COLORS = ("#E0E0E0", "#8DD3C7", "#FB8072", "#80B1D3", "#FDB462")  # STAY UP DOWN LEFT RIGHT
+ACTION_NAMES = ("stay", "up", "down", "left", "right")
+FACE_ORDER = {"up": 0, "down": 1, "left": 2, "right": 3}
+SPATIAL_COLOR, JOINT_COLOR, TEMPORAL_COLOR = "#A6CEE3", "#1F6E43", "#FF7F00"
+MESSAGE_COLOR = "#6A3D9A"
+
+
+@dataclasses.dataclass
+class TimelineAxis:
+    """Where each record sits on the horizontal axis.
+
+    ``position[i]`` is record i's place; a step record's place is the left edge of its
+    column, one unit wide. ``step_left[k]`` is step k's left edge, ``end`` the right end.
+    """
+
+    position: List[float]
+    step_left: List[float]
+    end: float
+
+
+def timeline_axis(records: Sequence[dict], phase_width: float = 0.5) -> TimelineAxis:
+    """Places the records: one unit per step; the records between two steps (and before the
+    first) share a column spread over in the order written, ``phase_width`` wide for each
+    stage change of the busiest agent in it (at most three), so that an agent that goes
+    R, W and X between two steps shows all three."""
+    position = [0.0] * len(records)
+    step_left: List[float] = []
+    x = 0.0
+    pending: List[int] = []
+
+    def place_phase() -> None:
+        nonlocal x
+        if pending:
+            changes = Counter(records[i]["agent"] for i in pending if records[i]["type"] == "stage")
+            width = phase_width * min(3, max(1, max(changes.values(), default=1)))
+            for rank, index in enumerate(pending):
+                position[index] = x + width * (rank + 0.5) / len(pending)
+            x += width
+            pending.clear()
+
+    for index, record in enumerate(records):
+        kind = record["type"]
+        if kind == "step":
+            place_phase()
+            position[index] = x
+            step_left.append(x)
+            x += 1.0
+        elif kind in ("episode", "end"):
+            continue
+        else:
+            pending.append(index)
+    place_phase()
+    position[0] = 0.0
+    position[-1] = x
+    return TimelineAxis(position, step_left, x)
+
+
+def render_timeline(records: Sequence[dict], path, *, title: Optional[str] = None, phase_width: float = 0.5,
+                    steps: Optional[Tuple[int, int]] = None, dpi: int = 110) -> Path:
+    """Draws the timeline of one episode's ``records`` into the PNG ``path``.
+
+    ``steps=(start, stop)`` shows only environment steps start..stop-1 (with the cognitive
+    columns between them). Returns the path written.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.collections import LineCollection, PolyCollection
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+
+    header, end = records[0], records[-1]
+    agents = agent_names(header)
+    lane_of = {name: i for i, name in enumerate(agents)}
+    n = len(agents)
+    axis = timeline_axis(records, phase_width)
+    step_indices = [i for i, r in enumerate(records) if r["type"] == "step"]
+    faces = _faces(records, step_indices)
+    weights = _weights(header, records, step_indices)
+
+    agent_height = max(0.16, min(0.42, 3.2 / max(n, 1)))
+    face_height = 0.32 if len(faces) <= 16 else 0.2
+    heights = [0.6 + agent_height * n, 0.3 + (0.12 if n <= 8 else 0.06) * n, 0.4 + face_height * max(len(faces), 1)]
+    width = 15.0
+    fig, (ax_agents, ax_actions, ax_faces) = plt.subplots(
+        3, 1, sharex=True, figsize=(width, sum(heights) + 1.9),
+        gridspec_kw={"height_ratios": heights, "hspace": 0.08})
+    small = 8 if n <= 8 else 6
+
+    # --- agents: stages, plan events, messages --------------------------------------------------
+    segments: Dict[Tuple[int, str], List[Tuple[float, float]]] = {}
+    open_stage: Dict[str, Tuple[float, str]] = {}
+    for index, record in enumerate(records):
+        if record["type"] == "stage":
+            name, x = record["agent"], axis.position[index]
+            if name in open_stage:
+                start, stage = open_stage[name]
+                segments.setdefault((lane_of[name], stage), []).append((start, x - start))
+            open_stage[name] = (x, record["stage"])
+    for name, (start, stage) in open_stage.items():
+        segments.setdefault((lane_of[name], stage), []).append((start, axis.end - start))
+    bar = 0.7
+    for (lane, stage), spans in segments.items():
+        ax_agents.broken_barh(spans, (lane - bar / 2, bar), facecolors=STAGE_COLORS.get(stage, "#999999"), linewidth=0)
+
+    marker_size = 55 if n <= 8 else 22
+    for event, (marker, fill, _) in PLAN_MARKERS.items():
+        xs = [axis.position[i] for i, r in enumerate(records) if r["type"] == "plan" and r["event"] == event]
+        ys = [lane_of[r["agent"]] for r in records if r["type"] == "plan" and r["event"] == event]
+        if xs:
+            outline = {"edgecolors": "black"} if marker != "|" else {}
+            ax_agents.scatter(xs, ys, marker=marker, s=marker_size * (1.6 if marker == "*" else 1), c=fill,
+                              linewidths=0.6 if marker != "|" else 1.5, zorder=4, **outline)
+    # messages: a shaft from the sender's lane to each recipient's, a head at the recipient
+    shafts, heads_up, heads_down, senders = [], [], [], []
+    for index, record in enumerate(records):
+        if record["type"] != "message":
+            continue
+        x, source = axis.position[index], lane_of[record["sender"]]
+        senders.append((x, source))
+        for name in record["recipients"]:
+            target = lane_of[name]
+            shafts.append([(x, source), (x, target)])
+            # lanes are numbered downwards: a smaller lane is higher on the page
+            (heads_up if target < source else heads_down).append((x, target + (0.22 if target < source else -0.22)))
+    if shafts:
+        ax_agents.add_collection(LineCollection(shafts, colors=MESSAGE_COLOR, linewidths=0.9 if n <= 8 else 0.5,
+                                                alpha=0.8, zorder=5), autolim=False)
+        head_size = 22 if n <= 8 else 9
+        for heads, marker in ((heads_up, "^"), (heads_down, "v")):
+            if heads:
+                ax_agents.scatter(*zip(*heads), marker=marker, s=head_size, c=MESSAGE_COLOR, linewidths=0, zorder=5)
+        ax_agents.scatter(*zip(*senders), marker="o", s=head_size / 2, c=MESSAGE_COLOR, linewidths=0, zorder=5)
+    _lanes(ax_agents, agents, small, top=-1.1)
+    ax_agents.set_ylabel("agents", fontsize=9)
+
+    # --- primitive actions ----------------------------------------------------------------------
+    for value, color in enumerate(ACTION_COLORS):
+        for name in agents:
+            spans = [(axis.step_left[k], 1.0) for k, i in enumerate(step_indices)
+                     if records[i]["actions"].get(name) == value]
+            if spans:
+                ax_actions.broken_barh(spans, (lane_of[name] - 0.45, 0.9), facecolors=color, linewidth=0)
+    _lanes(ax_actions, agents if n <= 8 else [""] * n, small - 1)
+    ax_actions.set_ylabel("actions", fontsize=9)
+
+    # --- block faces ------------------------------------------------------------------------------
+    edges = _stair_edges(axis)
+    fills: Dict[str, list] = {SPATIAL_COLOR: [], JOINT_COLOR: []}
+    for lane, key in enumerate(faces):
+        block = int(key.partition(":")[0])
+        weight = max(weights.get(block, 1), 1)
+        counts = {c: np.zeros(len(step_indices)) for c in ("spatial", "temporal", "joint")}
+        for k, i in enumerate(step_indices):
+            task = records[i]["tasks"].get(key)
+            if task:
+                for c in counts:
+                    counts[c][k] = task[c]
+        # the y axis runs downwards: a lane's floor is lane + 0.42 and its fills rise from it
+        floor, height = lane + 0.42, 0.84
+        if step_indices:
+            for count, color in (("spatial", SPATIAL_COLOR), ("joint", JOINT_COLOR)):
+                fills[color].append(_step_polygon(edges, floor - height * np.minimum(counts[count] / weight, 1), floor))
+            pushing = counts["temporal"] > 0
+            if pushing.any():
+                ax_faces.hlines(floor - height * np.minimum(counts["temporal"][pushing] / weight, 1),
+                                edges[:-1][pushing], edges[1:][pushing], color=TEMPORAL_COLOR, linewidth=1.2)
+        ax_faces.axhline(floor - height, color="#BBBBBB", linewidth=0.4, linestyle=":")
+        ax_faces.axhline(floor, color="#DDDDDD", linewidth=0.4)
+    for color, polygons in fills.items():
+        if polygons:
+            ax_faces.add_collection(PolyCollection(polygons, facecolors=color, linewidths=0), autolim=False)
+    face_labels = [f"b{key.partition(':')[0]}:{key.partition(':')[2]} w{weights.get(int(key.partition(':')[0]), '?')}"
+                   for key in faces]
+    _lanes(ax_faces, face_labels or ["(no face manned)"], small)
+    ax_faces.set_ylabel("block faces", fontsize=9)
+
+    # --- deliveries, axis, legend ---------------------------------------------------------------
+    for k, i in enumerate(step_indices):
+        for block in records[i]["delivered"]:
+            x = axis.step_left[k] + 1.0
+            for ax in (ax_agents, ax_actions, ax_faces):
+                ax.axvline(x, color="black", linestyle="--", linewidth=0.8, alpha=0.7, zorder=6)
+            ax_agents.text(x, -0.75, f"b{block}", fontsize=small, ha="center", va="bottom", zorder=7,
+                           bbox={"boxstyle": "round,pad=0.15", "facecolor": "white", "edgecolor": "black",
+                                 "linewidth": 0.5})
+    _step_ticks(ax_faces, axis)
+    low, high = 0.0, axis.end
+    if steps is not None:
+        start, stop = max(0, steps[0]), min(len(axis.step_left), steps[1])
+        if start < stop:
+            low = axis.step_left[start - 1] + 1.0 if start > 0 else 0.0
+            high = axis.step_left[stop - 1] + 1.0
+    ax_faces.set_xlim(low, high)
+    ax_faces.set_xlabel("environment step (narrow columns between steps: reasoning, messages, plan events)", fontsize=9)
+
+    handles = [Patch(color=STAGE_COLORS[s], label=STAGE_NAMES[s]) for s in STAGE_COLORS]
+    handles += [Line2D([], [], linestyle="", marker=m, markerfacecolor=f, markeredgecolor="black" if m != "|" else f,
+                       color=f, markersize=7, label=label) for m, f, label in PLAN_MARKERS.values()]
+    handles.append(Line2D([], [], color=MESSAGE_COLOR, marker=">", markersize=5, label="message"))
+    handles += [Patch(color=c, label=f"action {a}") for c, a in zip(ACTION_COLORS, ACTION_NAMES)]
+    handles += [Patch(color=SPATIAL_COLOR, label="aligned / w"), Patch(color=JOINT_COLOR, label="joint / w"),
+                Line2D([], [], color=TEMPORAL_COLOR, label="pushing / w"),
+                Line2D([], [], color="black", linestyle="--", label="delivery")]
+    fig.legend(handles=handles, loc="lower center", ncol=10, fontsize=7, frameon=False,
+               bbox_to_anchor=(0.5, 0.0))
+    fig.suptitle(title or _title(header, end), fontsize=10, y=0.995)
+    fig.subplots_adjust(left=0.09, right=0.99, top=1 - 0.55 / fig.get_figheight(), bottom=1.2 / fig.get_figheight())
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=dpi)
+    plt.close(fig)
+    return path
+
+
+def _lanes(ax, labels: Sequence[str], fontsize: int, top: float = -0.5) -> None:
+    ax.set_ylim(len(labels) - 0.5, top)
+    ax.set_yticks(range(len(labels)))
+    ax.set_yticklabels(labels, fontsize=fontsize)
+    ax.tick_params(axis="y", length=0)
+    for spine in ("top", "right"):
+        ax.spines[spine].set_visible(False)
+
+
+def _faces(records: Sequence[dict], step_indices: Sequence[int]) -> List[str]:
+    seen = {}
+    for i in step_indices:
+        for key in records[i]["tasks"]:
+            seen[key] = True
+    return sorted(seen, key=lambda key: (int(key.partition(":")[0]), FACE_ORDER.get(key.partition(":")[2], 9)))
+
+
+def _weights(header: dict, records: Sequence[dict], step_indices: Sequence[int]) -> Dict[int, int]:
+    weights = {b: int(block[2]) for b, block in enumerate(header.get("layout", {}).get("blocks", []))}
+    for i in step_indices:
+        for key, task in records[i]["tasks"].items():
+            weights.setdefault(int(key.partition(":")[0]), int(task["required"]))
+    return weights
+
+
+def _stair_edges(axis: TimelineAxis) -> np.ndarray:
+    """Step k's face counts fill from the end of step k-1 (or its own left edge) to its end."""
+    if not axis.step_left:
+        return np.zeros(1)
+    rights = np.asarray(axis.step_left) + 1.0
+    return np.concatenate([[axis.step_left[0]], rights])
+
+
+def _step_polygon(edges: np.ndarray, levels: np.ndarray, floor: float) -> np.ndarray:
+    """The outline of a step function over ``edges`` (float[K+1]) at ``levels`` (float[K]),
+    closed along ``floor``: float[2K+2, 2]."""
+    xs = np.concatenate([[edges[0]], np.repeat(edges, 2)[1:-1], [edges[-1]]])
+    ys = np.concatenate([[floor], np.repeat(levels, 2), [floor]])
+    return np.column_stack([xs, ys])
+
+
+def _step_ticks(ax, axis: TimelineAxis) -> None:
+    from matplotlib.ticker import MaxNLocator
+
+    count = len(axis.step_left)
+    lefts = axis.step_left + [axis.end]
+    ticks = [int(t) for t in MaxNLocator(nbins=12, integer=True).tick_values(0, count) if 0 <= t <= count]
+    ax.set_xticks([lefts[t] for t in ticks])
+    ax.set_xticklabels([str(t) for t in ticks], fontsize=8)
+
+
+def _title(header: dict, end: dict) -> str:
+    run = run_fields(header)
+    outcome = "all blocks delivered" if end.get("terminated") else f"truncated ({end.get('reason')})"
+    return (f"{run['topology']} | {run['team']} | {run['scenario']} | seed {header.get('seed')}: "
+            f"{end.get('blocks_delivered')}/{end.get('blocks_total')} blocks, weight "
+            f"{end.get('weight_delivered')}/{end.get('weight_total')}, {end.get('steps')} steps, {outcome}")
