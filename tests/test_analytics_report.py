@@ -84,7 +84,7 @@ def bad_traces(folder: Path) -> dict:
     no_end = good[:-1]
     lines = dumps(good).splitlines()
     return {
-        write(folder / "wall.jsonl", wrong_wall): f"line {stage_line + 1}, key 'wall.float'",
+        write(folder / "wall.jsonl", wrong_wall): f"line {stage_line + 1}, key 'wall'",
         write(folder / "agent.jsonl", unknown_agent): f"line {stage_line + 1}, key 'agent': unknown agent 'agent_9'",
         write(folder / "no_end.jsonl", no_end): f"line {len(no_end)}, key 'type': the last record must be 'end'",
         write(folder / "blank.jsonl", "\n".join(lines[:3] + [""] + lines[3:]) + "\n"): "line 4: empty line",

@@ -326,9 +326,14 @@ def _excerpt(text: str) -> str:
     return text if len(text) <= EXCERPT else text[:EXCERPT] + "..."
 
 
+# Names pydantic puts into an error's location for the member of a union it tried.
+_UNION_TAGS = {"int", "float", "str", "bool", "list", "dict", "tuple", "none", "null"}
+
+
 def _pydantic_problem(line: int, err: pydantic.ValidationError) -> TraceProblem:
     first = err.errors()[0]
-    loc = [str(p) for p in first["loc"] if not (isinstance(p, str) and ("[" in p or p.startswith("function-")))]
+    loc = [str(p) for p in first["loc"]
+           if not (isinstance(p, str) and ("[" in p or p.startswith(("function-", "constrained-")) or p in _UNION_TAGS))]
     key = ".".join(loc) or None
     if key == "schema_version":
         key = "schema"
