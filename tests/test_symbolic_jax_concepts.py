@@ -44,7 +44,7 @@ def _per_block_face(state: State, block, face) -> dict:
         "face_count": C.face_aligned_counts(state, face)[block],
         "dist_to_face": jax.vmap(lambda pos: C.distance_to_face(state, pos, block, face))(state.agent_pos),
         "positions": C.all_aligned_positions(state, block, face),
-        "face_cells": C.face_cells(state, block, face),
+        "face_cells": C.face_standing_cells(state, block, face),
         "required": C.required_force(state, block, face),
         "quorum": C.quorum_status(state, block, face),
         "deficit": C.quorum_deficit(state, block, face),

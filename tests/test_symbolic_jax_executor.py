@@ -2,7 +2,9 @@
 
 Every step compares the joint primitive action and each agent's plan index, emitted
 count, started flag, failure and status (``PlanExecutor.snapshot``); the world then
-advances with the CPU actions. Everything runs in the shape of the "hard" scenario
+advances with the CPU actions. The random plans are drawn from every entry of
+``ACTION_SPECS`` with arguments from their ArgSpec kinds, and each comparison checks that
+every action actually ran. Everything runs in the shape of the "hard" scenario
 (8 x 8, 3 agents, 3 blocks, plans of 3 actions) so each jitted function compiles once.
 """
 from __future__ import annotations
@@ -89,39 +91,76 @@ def random_state(rng) -> State:
     )
 
 
+# How often each action is drawn: the ones that build up pushes more often. Every entry of
+# ACTION_SPECS is drawn (a new action with DEFAULT_WEIGHT), and its arguments come from its
+# ArgSpec kinds, so a new action is in the comparison without any change here.
+ACTION_WEIGHTS = {"move_to_block": 0.3, "rendezvous": 0.2, "push_block": 0.2, "idle": 0.05, "move": 0.1,
+                  "yield_block": 0.05, "wait_agents": 0.1}
+DEFAULT_WEIGHT = 0.1
+
+
+def random_argument(rng, arg, blocks):
+    """A valid random value for ``arg`` (an ArgSpec) in a world whose alive blocks are ``blocks``."""
+    from cube_jax.symbolic.vocabulary import DIRECTIONS, FACE_NAMES
+
+    if arg.kind == "block":
+        return int(rng.choice(blocks))
+    if arg.kind == "face":
+        return str(rng.choice(FACE_NAMES))
+    if arg.kind == "direction":
+        return str(rng.choice(list(DIRECTIONS)))
+    assert arg.kind == "int", f"no generator for argument kind {arg.kind!r}"
+    # small values, so that steps run out and timeouts expire within an episode; a count
+    # above the number of agents is a plan_check error (check_plan)
+    high = N_AGENTS if arg.name == "count" else arg.minimum + 5
+    return int(rng.integers(arg.minimum, high + 1))
+
+
 def random_plan(rng, alive):
-    """A random valid plan of 1..L actions over the alive blocks, biased toward useful ones."""
-    from cube_jax.symbolic import make_action
+    """A random valid plan of 1..L actions drawn from every entry of ACTION_SPECS."""
+    from cube_jax.symbolic import ACTION_SPECS, SymbolicAction
 
     blocks = [int(j) for j in np.flatnonzero(alive)]
-    faces = ("up", "down", "left", "right")
+    names = sorted(ACTION_SPECS)
+    weights = np.asarray([ACTION_WEIGHTS.get(name, DEFAULT_WEIGHT) for name in names])
     plan = []
     for _ in range(int(rng.integers(1, L + 1))):
-        b, f = int(rng.choice(blocks)), str(rng.choice(faces))
-        kind = rng.choice(["move_to_block", "rendezvous", "push_block", "idle", "move", "yield_block", "wait_agents"],
-                          p=[0.3, 0.2, 0.2, 0.05, 0.1, 0.05, 0.1])
-        if kind == "move_to_block":
-            plan.append(make_action(kind, b, f))
-        elif kind == "rendezvous":
-            plan.append(make_action(kind, b, f, int(rng.integers(1, N_AGENTS + 1)), int(rng.integers(0, 6))))
-        elif kind in ("push_block", "yield_block"):
-            plan.append(make_action(kind, b, int(rng.integers(0, 4))))
-        elif kind == "idle":
-            plan.append(make_action(kind, int(rng.integers(0, 3))))
-        elif kind == "move":
-            plan.append(make_action(kind, str(rng.choice(faces)), int(rng.integers(0, 3))))
-        else:
-            plan.append(make_action(kind, int(rng.integers(1, N_AGENTS + 1)), int(rng.integers(0, 6))))
+        spec = ACTION_SPECS[str(rng.choice(names, p=weights / weights.sum()))]
+        plan.append(SymbolicAction(spec.name, {arg.name: random_argument(rng, arg, blocks) for arg in spec.args}))
     return plan
+
+
+def test_random_plans_draw_every_action():
+    from cube_jax.symbolic import ACTION_SPECS
+
+    rng = np.random.default_rng(0)
+    drawn = {a.name for _ in range(200) for a in random_plan(rng, np.ones(N_BLOCKS, bool))}
+    assert drawn == set(ACTION_SPECS)
+
+
+def test_both_executors_have_rules_for_every_action():
+    """Every ActionSpec has its semantics on both sides: a step rule unless it is
+    synchronising, sync rules if it is (an action added to ACTION_SPECS alone fails here)."""
+    from cube_jax.symbolic import ACTION_SPECS, executor
+    from cube_jax.symbolic import jax_executor as jx
+
+    for rules in (executor.RULES, jx.RULES):
+        assert set(rules) == set(ACTION_SPECS)
+        for name, spec in ACTION_SPECS.items():
+            assert (rules[name].step is None) == spec.synchronising, name
+            assert (rules[name].sync is None) == (not spec.synchronising), name
+    assert len(jx.rules_by_code()) == len(ACTION_SPECS)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("seed", range(4))
 def test_executor_matches_cpu_on_random_plans(seed, cpu, env, jitted):
+    from cube_jax.symbolic import ACTION_SPECS
     from cube_jax.symbolic import jax_executor as jx
 
     executor, _ = cpu
     rng = np.random.default_rng(seed)
+    exercised = set()
     for episode in range(4):
         state = random_state(rng)
         ex_cpu = executor.PlanExecutor(env)
@@ -145,6 +184,9 @@ def test_executor_matches_cpu_on_random_plans(seed, cpu, env, jitted):
             assert actions_cpu.tolist() == np.asarray(actions_jax).tolist(), where
             assert ex_cpu.snapshot() == snapshot(ex_jax, N_AGENTS), where
             state, _ = env.step(state, jnp.asarray(actions_cpu))
+        exercised |= {r.action.name for r in ex_cpu.history if r.action is not None}
+    # every action ran (started, emitted or ended) on both executors in this comparison
+    assert exercised == set(ACTION_SPECS)
 
 
 def test_compile_plans_encodes_codes_faces_and_directions():

@@ -28,17 +28,18 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from cube_jax.symbolic.concepts import LEFT_FACE, chain_weights, distance_to_face, face_aligned_counts
 from cube_jax.core.types import State
+from cube_jax.symbolic.concepts import chain_weights, distance_to_face, face_aligned_counts
+from cube_jax.symbolic.vocabulary import LEFT_FACE, goal_distance
 
 
 def block_progress_potential(state: State) -> jax.Array:
     """float32[]: minus the weighted remaining distance of alive blocks, in [-1, 0]."""
     k = state.grid_size
     w = state.block_weight.astype(jnp.float32)  # [B]
-    right_col = state.block_pos[:, 1] + state.block_weight - 1  # [B]
-    dist = (k - 1 - right_col).astype(jnp.float32)  # [B] columns still to go
-    remaining = jnp.sum(jnp.where(state.block_alive, w * dist, 0.0))
+    # [B] columns still to go, 0 for delivered blocks
+    dist = goal_distance(k, state.block_pos[:, 1], state.block_weight, state.block_alive).astype(jnp.float32)
+    remaining = jnp.sum(w * dist)
     return -remaining / (k * jnp.sum(w))
 
 

@@ -71,3 +71,8 @@ __all__ += [
     "quorum_status",
     "set_plans",
 ]
+
+# The shared vocabulary (faces, statuses, error kinds, action codes, geometry rules).
+from cube_jax.symbolic.vocabulary import ErrorKind, Status, goal_distance  # noqa: E402
+
+__all__ += ["ErrorKind", "Status", "goal_distance"]

@@ -23,18 +23,27 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 
 import pydantic
 
 from cube_jax.core.checks import clip, excerpt, is_integer
-from cube_jax.core.types import DOWN, LEFT, RIGHT, UP
+from cube_jax.symbolic.vocabulary import (  # noqa: F401  (ACTION_SPECS and its tables are read from here too)
+    ACTION_NAMES_BY_CODE,
+    ACTION_SPECS,
+    DIRECTIONS,
+    FACE_NAMES,
+    FACE_PUSH_DIRECTION,
+    SYNC_ACTIONS,
+    ActionSpec,
+    ArgSpec,
+    ErrorKind,
+)
 
-# Faces are the sides of a block; codes index the table in docs/symbolic.md.
-FACES = ("up", "down", "left", "right")
-# Primitive action that pushes a block from each face (into the block).
-FACE_PUSH_DIRECTION = {"up": DOWN, "down": UP, "left": RIGHT, "right": LEFT}
-DIRECTIONS = {"up": UP, "down": DOWN, "left": LEFT, "right": RIGHT}
+# The face names as the parser spells them (the ids are their positions, vocabulary.FACE_IDS).
+FACES = FACE_NAMES
+# Error kinds as PlanError spells them, following EmCoop's violation types.
+PLAN_CHECK, PRECONDITION, EXECUTION = (k.label for k in (ErrorKind.PLAN_CHECK, ErrorKind.PRECONDITION, ErrorKind.EXECUTION))
 
 # Integer arguments are stored in int32 plan arrays (cube_jax.symbolic.jax_executor).
 MAX_ARGUMENT = 2**31 - 1
@@ -45,56 +54,10 @@ MAX_JSON_DEPTH = 16
 # Values visited when checking an already loaded JSON object (shared sub-objects count again).
 MAX_JSON_NODES = 100_000
 
-# Error kinds, following EmCoop's violation types.
-PLAN_CHECK, PRECONDITION, EXECUTION = "plan_check", "precondition", "execution"
-
-
-@dataclasses.dataclass(frozen=True)
-class ArgSpec:
-    name: str
-    kind: str  # "int" (with minimum), "face", "direction" or "block"
-    minimum: int = 0
-
-
-@dataclasses.dataclass(frozen=True)
-class ActionSpec:
-    name: str
-    code: int  # numeric code used by plan arrays (JAX executor)
-    args: Tuple[ArgSpec, ...]
-    summary: str
-
-
-_STEPS = ArgSpec("steps", "int", 0)
-_BLOCK = ArgSpec("block", "block", 0)
-_FACE = ArgSpec("face", "face")
-ACTION_SPECS: Dict[str, ActionSpec] = {
-    spec.name: spec
-    for spec in (
-        ActionSpec("idle", 0, (_STEPS,), "emit STAY for `steps` steps"),
-        ActionSpec("move", 1, (ArgSpec("direction", "direction"), _STEPS), "step in a direction `steps` times"),
-        ActionSpec("move_to_block", 2, (_BLOCK, _FACE), "walk until aligned with the block face"),
-        ActionSpec(
-            "rendezvous",
-            3,
-            (_BLOCK, _FACE, ArgSpec("count", "int", 1), ArgSpec("timeout", "int", 0)),
-            "wait aligned at the face until `count` agents are in the same rendezvous",
-        ),
-        ActionSpec("push_block", 4, (_BLOCK, _STEPS), "push into the aligned face for `steps` steps or until delivered"),
-        ActionSpec("yield_block", 5, (_BLOCK, _STEPS), "step away from the block for `steps` steps"),
-        ActionSpec(
-            "wait_agents",
-            6,
-            (ArgSpec("count", "int", 1), ArgSpec("timeout", "int", 0)),
-            "wait until `count` agents are waiting",
-        ),
-    )
-}
 # EmCoop spellings -> (canonical action, renamed arguments)
 ALIASES = {"wait": "idle", "push": "push_block"}
 ARG_ALIASES = {"block_id": "block", "num_steps": "steps"}
 KNOWN_ARGUMENTS = {a.name for spec in ACTION_SPECS.values() for a in spec.args}
-ACTION_NAMES_BY_CODE = {spec.code: name for name, spec in ACTION_SPECS.items()}
-SYNC_ACTIONS = ("rendezvous", "wait_agents")
 
 
 class PlanError(ValueError):

@@ -28,11 +28,13 @@ Concept summary (``B`` = number of blocks, ``K`` = grid side, ``N`` = agents):
 * ``is_aligned_with_block``, ``count_aligned_agents``, ``aligned_agents``,
   ``face_alignment`` (int32[N]), ``face_aligned_counts`` (int32[B]); for all faces and
   blocks at once ``alignment`` (int32[4, N]) and ``aligned_counts`` (int32[4, B]).
-* ``all_aligned_positions``: bool[K, K] cells where an agent can stand aligned with the
-  face: the face cells (inside the grid, not covered by an alive block) and the lines of
-  cells behind them, outward up to the wall or the first alive block cell.
+* ``face_standing_cells``: bool[K, K] face cells an agent can stand on (inside the
+  grid, not covered by an alive block); ``all_aligned_positions``: bool[K, K] cells where
+  an agent can stand aligned with the face: the standing cells and the lines of cells
+  behind them, outward up to the wall or the first alive block cell.
 * ``block_progress``: pushes to the right still needed to deliver the block,
-  ``K - col - w`` (0 once delivered). ``delivered``: the block is no longer alive.
+  ``K - col - w`` (0 once delivered; ``vocabulary.goal_distance``). ``delivered``: the
+  block is no longer alive.
 * ``required_force``: the force the step rules demand to move the block through the
   face: the summed weight of the block and every alive block it would push ahead of it
   (its block chain ``C(j)``, DYNAMICS.md push phase rule 3).
@@ -64,28 +66,21 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from cube_jax.core.types import ACTION_DELTAS, DOWN, LEFT, RIGHT, UP, State
-
-UP_FACE, DOWN_FACE, LEFT_FACE, RIGHT_FACE = 0, 1, 2, 3
-FACE_NAMES = ("up", "down", "left", "right")
-FACE_IDS = {name: i for i, name in enumerate(FACE_NAMES)}
-NUM_FACES = 4
-# The primitive action that pushes into each face (agents on the left face push RIGHT).
-FACE_PUSH_ACTION = (DOWN, UP, RIGHT, LEFT)
-# (row, col) step from a face cell away from the block, indexed by face id; the push
-# step is its negation.
-FACE_OUTWARD = ((-1, 0), (1, 0), (0, -1), (0, 1))
-
-
-def face_id(face) -> int:
-    """The integer id of a face given by name (``"left"``...) or id; ValueError otherwise."""
-    if isinstance(face, str):
-        if face not in FACE_IDS:
-            raise ValueError(f"unknown face {face!r}; faces are {FACE_NAMES}")
-        return FACE_IDS[face]
-    if isinstance(face, int) and not isinstance(face, bool) and 0 <= face < NUM_FACES:
-        return face
-    raise ValueError(f"face must be one of {FACE_NAMES} or an id 0..{NUM_FACES - 1}, got {face!r}")
+from cube_jax.core.types import ACTION_DELTAS, State
+from cube_jax.symbolic import vocabulary
+from cube_jax.symbolic.vocabulary import (  # noqa: F401  (the face names are part of the concepts' interface)
+    DOWN_FACE,
+    FACE_ALONG,
+    FACE_IDS,
+    FACE_NAMES,
+    FACE_OUTWARD,
+    FACE_PUSH_ACTION,
+    LEFT_FACE,
+    NUM_FACES,
+    RIGHT_FACE,
+    UP_FACE,
+    face_id,
+)
 
 
 def push_action(face) -> jax.Array:
@@ -122,10 +117,8 @@ def distance_to_face(state: State, pos: jax.Array, block, face) -> jax.Array:
     """
     top_left = state.block_pos[block]
     w = state.block_weight[block]
-    step = jnp.asarray(FACE_OUTWARD, jnp.int32)[face]
-    edge = jnp.where(step < 0, top_left - 1, top_left + w)  # the line just outside, per axis
-    low = jnp.where(step != 0, edge, top_left)
-    high = jnp.where(step != 0, edge, top_left + w - 1)
+    low = vocabulary.face_origin(top_left, w, face)  # face cell 0
+    high = low + (w - 1) * jnp.asarray(FACE_ALONG, jnp.int32)[face]  # face cell w - 1
     return _box_distance(pos, low, high)
 
 
@@ -134,32 +127,12 @@ def distance_to_face(state: State, pos: jax.Array, block, face) -> jax.Array:
 
 def agent_grid(state: State) -> jax.Array:
     """int32[K, K]: the id of the agent on each cell, -1 where there is none."""
-    k, n = state.grid_size, state.agent_pos.shape[0]
-    idx = jnp.arange(k)
-    rows = idx[:, None] == state.agent_pos[:, 0]  # bool[K, N]
-    cols = idx[:, None] == state.agent_pos[:, 1]  # bool[K, N]
-    here = rows[:, None, :] & cols[None, :, :]  # bool[K, K, N]; agents never share a cell
-    # a comparison grid rather than a scatter: it fuses and compiles much faster on CPU
-    return (jnp.where(here, jnp.arange(1, n + 1, dtype=jnp.int32), 0).sum(-1) - 1).astype(jnp.int32)
+    return vocabulary.agent_grid(state.agent_pos, state.grid_size)
 
 
 def block_grid(state: State) -> jax.Array:
     """int32[K, K]: the id of the alive block covering each cell, -1 where there is none."""
-    k, b = state.grid_size, state.block_pos.shape[0]
-    idx = jnp.arange(k)
-    r, c, w = state.block_pos[:, 0], state.block_pos[:, 1], state.block_weight
-    rows = (idx[:, None] >= r) & (idx[:, None] < r + w) & state.block_alive  # bool[K, B]
-    cols = (idx[:, None] >= c) & (idx[:, None] < c + w)  # bool[K, B]
-    cover = rows[:, None, :] & cols[None, :, :]  # bool[K, K, B]; blocks never overlap
-    return (jnp.where(cover, jnp.arange(1, b + 1, dtype=jnp.int32), 0).sum(-1) - 1).astype(jnp.int32)
-
-
-def _lookup(grid: jax.Array, cells: jax.Array) -> jax.Array:
-    """int32[...]: ``grid`` at ``cells`` (int32[..., 2]), -1 for cells outside the grid."""
-    k = grid.shape[0]
-    inside = ((cells >= 0) & (cells < k)).all(-1)
-    safe = jnp.clip(cells, 0, k - 1)
-    return jnp.where(inside, grid[safe[..., 0], safe[..., 1]], -1)
+    return vocabulary.block_grid(state.block_pos, state.block_weight, state.block_alive, state.grid_size)
 
 
 def chain_targets(state: State, direction) -> jax.Array:
@@ -167,18 +140,11 @@ def chain_targets(state: State, direction) -> jax.Array:
 
     From each agent, walk ``direction`` (an action id 1..4, may be traced) through the
     consecutive cells holding agents; the first cell without one must be a cell of an
-    alive block (DYNAMICS.md push rule 2). B where it is not (empty cell, wall). A line
-    holds at most N agents, so N cells ahead are enough to find its end.
+    alive block (DYNAMICS.md push rule 2). B where it is not (empty cell, wall). See
+    ``vocabulary.chain_ends``.
     """
-    n, b = state.agent_pos.shape[0], state.block_pos.shape[0]
     step = jnp.asarray(ACTION_DELTAS, jnp.int32)[direction]
-    ahead = jnp.arange(1, n + 1, dtype=jnp.int32)  # int32[N] distances looked at
-    cells = state.agent_pos[:, None, :] + ahead[None, :, None] * step  # int32[N, N, 2]
-    holds_agent = _lookup(agent_grid(state), cells) >= 0  # bool[N, N]
-    run = jnp.cumprod(holds_agent, axis=1).sum(1)  # agents directly ahead, in an unbroken line
-    end = state.agent_pos + (run[:, None] + 1) * step
-    block = _lookup(block_grid(state), end)
-    return jnp.where(block >= 0, block, b).astype(jnp.int32)
+    return vocabulary.chain_ends(state.agent_pos, agent_grid(state), block_grid(state), step, state.block_pos.shape[0])
 
 
 def face_alignment(state: State, face) -> jax.Array:
@@ -226,12 +192,7 @@ def count_aligned_agents(state: State, block, face) -> jax.Array:
 
 def block_cover(state: State) -> jax.Array:
     """bool[K, K]: cells covered by an alive block."""
-    k = state.grid_size
-    idx = jnp.arange(k)
-    r, c, w = state.block_pos[:, 0], state.block_pos[:, 1], state.block_weight
-    rows = (idx[:, None] >= r) & (idx[:, None] < r + w) & state.block_alive  # bool[K, B]
-    cols = (idx[:, None] >= c) & (idx[:, None] < c + w)  # bool[K, B]
-    return (rows[:, None, :] & cols[None, :, :]).any(-1)
+    return block_grid(state) >= 0
 
 
 def agent_cover(state: State) -> jax.Array:
@@ -239,31 +200,23 @@ def agent_cover(state: State) -> jax.Array:
     return agent_grid(state) >= 0
 
 
-def _face_line(state: State, block, face):
-    """The face's cells as (bool[K, K] on the face line across the block's span, outward step).
-
-    The face line is the row (up/down) or column (left/right) just outside the face; the
-    span is the block's w cells across it. Cells outside the grid simply do not appear.
-    """
+def face_cell_mask(state: State, block, face) -> jax.Array:
+    """bool[K, K]: the face cells of ``face`` (docs/symbolic.md) that lie inside the grid."""
     k = state.grid_size
     idx = jnp.arange(k)
-    r, c = state.block_pos[block, 0], state.block_pos[block, 1]
+    cells = jnp.stack(jnp.meshgrid(idx, idx, indexing="ij"), -1)  # int32[K, K, 2]
     w = state.block_weight[block]
-    rows_in = (idx >= r) & (idx < r + w)
-    cols_in = (idx >= c) & (idx < c + w)
-    # per face id: (rows selected, cols selected)
-    rows_sel = jnp.stack([idx == r - 1, idx == r + w, rows_in, rows_in])
-    cols_sel = jnp.stack([cols_in, cols_in, idx == c - 1, idx == c + w])
-    return rows_sel[face][:, None] & cols_sel[face][None, :]
+    on_line, j = vocabulary.face_offset(cells, state.block_pos[block], w, face)
+    return on_line & (j >= 0) & (j < w)
 
 
-def face_cells(state: State, block, face) -> jax.Array:
-    """bool[K, K]: cells just outside ``face`` of ``block`` that can hold an agent.
+def face_standing_cells(state: State, block, face) -> jax.Array:
+    """bool[K, K]: the face cells of ``face`` of ``block`` an agent can stand on.
 
-    These are inside the grid and not covered by an alive block (an agent may stand on
-    one). Empty for a delivered block.
+    These are inside the grid and not covered by an alive block. Empty for a delivered
+    block.
     """
-    return _face_line(state, block, face) & ~block_cover(state) & state.block_alive[block]
+    return face_cell_mask(state, block, face) & ~block_cover(state) & state.block_alive[block]
 
 
 def _shift_toward(mask: jax.Array, step) -> jax.Array:
@@ -288,7 +241,7 @@ def all_aligned_positions(state: State, block, face) -> jax.Array:
         return reach | (_shift_toward(reach, step) & free)
 
     # A line outward is at most K - 1 cells long.
-    return jax.lax.fori_loop(0, k - 1, grow, face_cells(state, block, face))
+    return jax.lax.fori_loop(0, k - 1, grow, face_standing_cells(state, block, face))
 
 
 # --- block facts ---------------------------------------------------------------------------
@@ -301,9 +254,9 @@ def delivered(state: State, block) -> jax.Array:
 
 def block_progress(state: State, block) -> jax.Array:
     """int32[]: cells the block still has to move right to reach the goal column (0 once delivered)."""
-    k = state.grid_size
-    gap = k - state.block_pos[block, 1] - state.block_weight[block]
-    return jnp.where(state.block_alive[block], gap, 0).astype(jnp.int32)
+    gap = vocabulary.goal_distance(state.grid_size, state.block_pos[block, 1], state.block_weight[block],
+                                   state.block_alive[block])
+    return gap.astype(jnp.int32)
 
 
 def block_in_front(state: State, direction) -> jax.Array:
@@ -360,7 +313,7 @@ def blocked(state: State, block, face) -> jax.Array:
     delivered block counts as blocked on every face.
     """
     k = state.grid_size
-    no_standing_room = ~face_cells(state, block, face).any()
+    no_standing_room = ~face_standing_cells(state, block, face).any()
     target = state.block_pos[block] - jnp.asarray(FACE_OUTWARD, jnp.int32)[face]
     w = state.block_weight[block]
     off_grid = (target < 0).any() | (target + w > k).any()
@@ -410,8 +363,9 @@ __all__ = [
     "delivered",
     "distance_to_block",
     "face_alignment",
-    "face_cells",
+    "face_cell_mask",
     "face_id",
+    "face_standing_cells",
     "get_distance",
     "is_aligned_with_block",
     "push_action",

@@ -25,18 +25,14 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from typing import Dict, List, Optional, Sequence, Tuple, Union
+from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
 from cube_jax.core.checks import excerpt, is_integer
+from cube_jax.core.types import STAY
 from cube_jax.symbolic.actions import (
-    DIRECTIONS,
-    EXECUTION,
-    FACE_PUSH_DIRECTION,
     PLAN_CHECK,
-    PRECONDITION,
-    SYNC_ACTIONS,
     PlanError,
     SymbolicAction,
     check_plan,
@@ -44,11 +40,20 @@ from cube_jax.symbolic.actions import (
     parse_plan_json,
 )
 from cube_jax.symbolic.pathing import World, aligned_face, is_aligned, path_step, queue_targets
-from cube_jax.core.types import DOWN, LEFT, RIGHT, STAY, UP
+from cube_jax.symbolic.vocabulary import (
+    DIRECTIONS,
+    FACE_IDS,
+    FACE_PUSH_ACTION,
+    ErrorKind,
+    STATUS_NAMES,
+    Outcome,
+    away_direction,
+    obstacle_agents,
+    packing_step,
+)
 
-STARTED, IN_PROGRESS, SUCCEEDED, FAILED, DONE = "started", "in_progress", "succeeded", "failed", "done"
-# Outcomes of evaluating an action on a state.
-EMIT, SUCCEED, FAIL = "emit", "succeed", "fail"
+# The statuses as the CPU side shows them: the labels of vocabulary.Status.
+STARTED, IN_PROGRESS, SUCCEEDED, FAILED, DONE = STATUS_NAMES
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,7 +65,7 @@ class HistoryRecord:
     action_index: Optional[int]
     action: Optional[SymbolicAction]
     primitive: Optional[int]  # None for an action that ended without emitting
-    status: str
+    status: str  # STARTED, IN_PROGRESS, SUCCEEDED, FAILED or DONE
     error: Optional[PlanError] = None
 
     def to_dict(self) -> dict:
@@ -91,113 +96,188 @@ class AgentPlan:
         return self.plan[self.index] if self.index < len(self.plan) else None
 
 
+def _err(kind: ErrorKind, index: int, message: str, argument: Optional[str] = None) -> PlanError:
+    return PlanError(kind.label, message, index, argument)
+
+
+# --- the rules of each action (docs/symbolic.md, "Actions") ------------------------------------
+# Every entry of ACTION_SPECS has its rules here (RULES) and in jax_executor.RULES.
+
+StepResult = Tuple[Outcome, Optional[int], Optional[PlanError]]
+
+
+@dataclasses.dataclass(frozen=True)
+class SyncRules:
+    """How phase 2 decides a synchronising action (docs/symbolic.md, "Synchronisation")."""
+
+    group: Callable[[dict], tuple]  # agents whose actions give the same group wait together
+    member: Callable[[World, int, dict], bool]  # whether the agent counts in its group now
+    lost: Callable[[World, int, dict, int], Optional[PlanError]]  # failure checked before counting
+    waiting: Callable[[World, int, dict], int]  # the primitive emitted while waiting
+    place: Callable[[dict], str]  # where it waits, named in the timeout message
+
+
+@dataclasses.dataclass(frozen=True)
+class ActionRules:
+    """One action's semantics on the CPU.
+
+    ``step(world, agent, args, emitted, index, obstacles)`` gives (outcome, primitive,
+    error) of a started, non-synchronising action; ``obstacles`` are the agents a path
+    routes around (:func:`path_obstacles`). ``precondition(world, agent, args, index)``
+    is checked when the action starts, after the check every action with a block gets
+    (the block exists and is alive). ``sync``: the rules of a synchronising action.
+    """
+
+    step: Optional[Callable[..., StepResult]] = None
+    precondition: Optional[Callable[[World, int, dict, int], Optional[PlanError]]] = None
+    sync: Optional[SyncRules] = None
+
+
+def _repeat(primitive: Callable[[World, int, dict], int]):
+    """The step of an action that emits ``primitive`` until it has emitted ``steps`` of them."""
+
+    def step(world: World, agent: int, args: dict, emitted: int, index: int, obstacles: Sequence[int]) -> StepResult:
+        if emitted >= args["steps"]:
+            return Outcome.SUCCEED, None, None
+        return Outcome.EMIT, int(primitive(world, agent, args)), None
+
+    return step
+
+
+def _away(world: World, agent: int, args: dict) -> int:
+    block = args["block"]
+    return int(away_direction(world.agent_pos[agent], world.block_pos[block], world.block_weight[block]))
+
+
+def _move_to_block(world: World, agent: int, args: dict, emitted: int, index: int, obstacles: Sequence[int]) -> StepResult:
+    block, face = args["block"], args["face"]
+    if not world.block_alive[block]:
+        return Outcome.FAIL, None, _err(ErrorKind.EXECUTION, index, f"move_to_block: block {block} was delivered", "block")
+    if is_aligned(world, agent, block, face):
+        return Outcome.SUCCEED, None, None
+    targets = queue_targets(world, agent, block, face)
+    if not targets:
+        return Outcome.FAIL, None, _err(ErrorKind.EXECUTION, index, f"move_to_block: the {face} face of block {block} has no free cell to line up on", "face")
+    step = path_step(world, agent, targets, obstacles)
+    if step is None:
+        return Outcome.FAIL, None, _err(ErrorKind.EXECUTION, index, f"move_to_block: no path to the {face} face of block {block}", "face")
+    return Outcome.EMIT, step, None
+
+
+def _push_block(world: World, agent: int, args: dict, emitted: int, index: int, obstacles: Sequence[int]) -> StepResult:
+    block = args["block"]
+    if not world.block_alive[block]:
+        return Outcome.SUCCEED, None, None
+    if emitted >= args["steps"]:
+        return Outcome.SUCCEED, None, None
+    face = aligned_face(world, agent, block)
+    if face is None:
+        return Outcome.FAIL, None, _err(ErrorKind.EXECUTION, index, f"push_block: agent {agent} is no longer aligned with block {block}", "block")
+    return Outcome.EMIT, FACE_PUSH_ACTION[FACE_IDS[face]], None
+
+
+def _push_block_precondition(world: World, agent: int, args: dict, index: int) -> Optional[PlanError]:
+    block = args["block"]
+    if aligned_face(world, agent, block) is None:
+        return _err(ErrorKind.PRECONDITION, index, f"push_block: agent {agent} is not aligned with any face of block {block}", "block")
+    return None
+
+
+def _rendezvous_precondition(world: World, agent: int, args: dict, index: int) -> Optional[PlanError]:
+    block, face = args["block"], args["face"]
+    if not is_aligned(world, agent, block, face):
+        return _err(ErrorKind.PRECONDITION, index, f"rendezvous: agent {agent} is not aligned with the {face} face of block {block}", "face")
+    return None
+
+
+def _rendezvous_lost(world: World, agent: int, args: dict, index: int) -> Optional[PlanError]:
+    block, face = args["block"], args["face"]
+    if not world.block_alive[block]:
+        return _err(ErrorKind.EXECUTION, index, f"rendezvous: block {block} was delivered", "block")
+    if not is_aligned(world, agent, block, face):
+        return _err(ErrorKind.EXECUTION, index, f"rendezvous: agent {agent} is no longer aligned with the {face} face of block {block}", "face")
+    return None
+
+
+def _packing(world: World, agent: int, args: dict) -> int:
+    block = args["block"]
+    return int(packing_step(world.agent_pos[agent], world.block_pos[block], world.block_weight[block],
+                            FACE_IDS[args["face"]], world.agent_at, world.block_at))
+
+
+RULES: Dict[str, ActionRules] = {
+    "idle": ActionRules(step=_repeat(lambda world, agent, args: STAY)),
+    "move": ActionRules(step=_repeat(lambda world, agent, args: DIRECTIONS[args["direction"]])),
+    "move_to_block": ActionRules(step=_move_to_block),
+    "rendezvous": ActionRules(
+        precondition=_rendezvous_precondition,
+        sync=SyncRules(
+            group=lambda args: (args["block"], args["face"]),
+            member=lambda world, agent, args: is_aligned(world, agent, args["block"], args["face"]),
+            lost=_rendezvous_lost,
+            waiting=_packing,
+            place=lambda args: f"the {args['face']} face of block {args['block']}",
+        ),
+    ),
+    "push_block": ActionRules(step=_push_block, precondition=_push_block_precondition),
+    "yield_block": ActionRules(step=_repeat(_away)),
+    "wait_agents": ActionRules(
+        sync=SyncRules(
+            group=lambda args: (),
+            member=lambda world, agent, args: True,
+            lost=lambda world, agent, args, index: None,
+            waiting=lambda world, agent, args: STAY,
+            place=lambda args: "the wait",
+        ),
+    ),
+}
+
+
+def rules_for(name: str) -> ActionRules:
+    """The CPU rules of action ``name``; a clear error for an action that has none."""
+    if name not in RULES:
+        raise NotImplementedError(f"the CPU executor has no rules for action {name!r}; add them to executor.RULES")
+    return RULES[name]
+
+
 # --- one action on one state -------------------------------------------------------------------
-
-
-def _err(kind: str, index: int, message: str, argument: Optional[str] = None) -> PlanError:
-    return PlanError(kind, message, index, argument)
 
 
 def precondition_error(world: World, agent: int, action: SymbolicAction, index: int) -> Optional[PlanError]:
     """The first failed precondition of ``action`` for ``agent`` on ``world``, or None."""
-    block = action.args.get("block")
-    if block is not None:
+    block_arg = action.spec.block_arg
+    if block_arg is not None:
+        block = action.args[block_arg.name]
         if not 0 <= block < len(world.block_alive):
-            return _err(PRECONDITION, index, f"{action.name}: unknown block {block}", "block")
+            return _err(ErrorKind.PRECONDITION, index, f"{action.name}: unknown block {block}", block_arg.name)
         if not world.block_alive[block]:
-            return _err(PRECONDITION, index, f"{action.name}: block {block} is already delivered", "block")
-    if action.name == "rendezvous" and not is_aligned(world, agent, block, action.args["face"]):
-        return _err(PRECONDITION, index, f"rendezvous: agent {agent} is not aligned with the {action.args['face']} face of block {block}", "face")
-    if action.name == "push_block" and aligned_face(world, agent, block) is None:
-        return _err(PRECONDITION, index, f"push_block: agent {agent} is not aligned with any face of block {block}", "block")
-    return None
+            return _err(ErrorKind.PRECONDITION, index, f"{action.name}: block {block} is already delivered", block_arg.name)
+    precondition = rules_for(action.name).precondition
+    return None if precondition is None else precondition(world, agent, action.args, index)
 
 
-def away_direction(world: World, agent: int, block: int) -> int:
-    """Direction from the block's square toward the agent (docs/symbolic.md, yield_block)."""
-    ar, ac = world.agent_cell(agent)
-    r, c = (int(x) for x in world.block_pos[block])
-    w = int(world.block_weight[block])
-    gap_r = max(r - ar, ar - (r + w - 1), 0)
-    gap_c = max(c - ac, ac - (c + w - 1), 0)
-    if gap_c >= gap_r:
-        return LEFT if ac < c else RIGHT
-    return UP if ar < r else DOWN
-
-
-def evaluate(world: World, agent: int, action: SymbolicAction, emitted: int, index: int, obstacles: Sequence[int] = ()):
+def evaluate(world: World, agent: int, action: SymbolicAction, emitted: int, index: int, obstacles: Sequence[int] = ()) -> StepResult:
     """(outcome, primitive, error) of a started, non-synchronising action on this state;
     ``obstacles`` are the agents move_to_block routes around (see path_obstacles)."""
-    a = action.args
-    if action.name in ("idle", "move", "yield_block"):
-        if emitted >= a["steps"]:
-            return SUCCEED, None, None
-        if action.name == "idle":
-            return EMIT, STAY, None
-        if action.name == "move":
-            return EMIT, DIRECTIONS[a["direction"]], None
-        return EMIT, away_direction(world, agent, a["block"]), None
-    if action.name == "move_to_block":
-        block, face = a["block"], a["face"]
-        if not world.block_alive[block]:
-            return FAIL, None, _err(EXECUTION, index, f"move_to_block: block {block} was delivered", "block")
-        if is_aligned(world, agent, block, face):
-            return SUCCEED, None, None
-        targets = queue_targets(world, agent, block, face)
-        if not targets:
-            return FAIL, None, _err(EXECUTION, index, f"move_to_block: the {face} face of block {block} has no free cell to line up on", "face")
-        step = path_step(world, agent, targets, obstacles)
-        if step is None:
-            return FAIL, None, _err(EXECUTION, index, f"move_to_block: no path to the {face} face of block {block}", "face")
-        return EMIT, step, None
-    if action.name == "push_block":
-        block = a["block"]
-        if not world.block_alive[block]:
-            return SUCCEED, None, None
-        if emitted >= a["steps"]:
-            return SUCCEED, None, None
-        face = aligned_face(world, agent, block)
-        if face is None:
-            return FAIL, None, _err(EXECUTION, index, f"push_block: agent {agent} is no longer aligned with block {block}", "block")
-        return EMIT, FACE_PUSH_DIRECTION[face], None
-    raise ValueError(f"evaluate: {action.name} is decided by the synchronisation phase")
+    step = rules_for(action.name).step
+    if step is None:
+        raise ValueError(f"evaluate: {action.name} is decided by the synchronisation phase")
+    return step(world, agent, action.args, emitted, index, obstacles)
 
 
-def compaction_step(world: World, agent: int, action: SymbolicAction) -> int:
-    """What a waiting rendezvous agent emits: one step along the face toward face cell 0 when
-    it stands on face cell j > 0 and cell j-1 is free, else STAY. Waiting agents thus pack
-    toward one end and never wall off a free face cell that only the face line reaches."""
-    block, face = action.args["block"], action.args["face"]
-    r, c = (int(x) for x in world.block_pos[block])
-    w = int(world.block_weight[block])
-    ar, ac = world.agent_cell(agent)
-    if face in ("left", "right"):
-        on_face = ac == (c - 1 if face == "left" else c + w) and r < ar < r + w
-        previous, step = (ar - 1, ac), UP
-    else:
-        on_face = ar == (r - 1 if face == "up" else r + w) and c < ac < c + w
-        previous, step = (ar, ac - 1), LEFT
-    if on_face and world.agent_at[previous] < 0 and world.block_at[previous] < 0:
-        return step
-    return STAY
-
-
-WALKING_ACTIONS = ("move", "move_to_block", "yield_block")
-
-
-def path_obstacles(agent: int, parked: Sequence[bool]) -> List[int]:
-    """Agents that ``agent`` routes around: every agent with a smaller id, and every parked
-    one (no walking action at the start of the step). Walking agents with a larger id are
-    expected to get out of the way; this asymmetry stops two agents from stepping aside
-    for each other in lockstep forever."""
-    return [j for j, p in enumerate(parked) if j != agent and (j < agent or p)]
+def path_obstacles(parked: Sequence[bool]) -> List[List[int]]:
+    """Per agent, the agents it routes around: every agent with a smaller id, and every
+    parked one (no walking action at the start of the step). Walking agents with a larger
+    id are expected to get out of the way; this asymmetry stops two agents from stepping
+    aside for each other in lockstep forever."""
+    parked = np.asarray(parked, bool)
+    rows = obstacle_agents(np.arange(len(parked))[:, None], parked).tolist()
+    return [[j for j, obstacle in enumerate(row) if obstacle] for row in rows]
 
 
 def sync_key(action: SymbolicAction) -> Tuple:
     """Agents whose current actions share this key are in the same rendezvous / wait state."""
-    if action.name == "rendezvous":
-        return ("rendezvous", action.args["block"], action.args["face"])
-    return ("wait_agents",)
+    return (action.name,) + tuple(rules_for(action.name).sync.group(action.args))
 
 
 # --- the executor --------------------------------------------------------------------------------
@@ -272,8 +352,8 @@ class PlanExecutor:
         """Joint primitive actions ``np.int32[N]`` for this step (docs/symbolic.md)."""
         world = World.from_state(state)
         t = int(state.t)
-        self._parked = [self.current_action(i) is None or self.current_action(i).name not in WALKING_ACTIONS
-                        for i in range(self.num_agents)]
+        self._obstacles = path_obstacles([self.current_action(i) is None or not self.current_action(i).spec.walking
+                                          for i in range(self.num_agents)])
         primitives = np.zeros(self.num_agents, np.int32)
         pending = []  # agents stopped at a synchronising action in phase 1
         for i in range(self.num_agents):
@@ -285,7 +365,7 @@ class PlanExecutor:
         members: Dict[Tuple, int] = {}
         for i in pending:
             action = self.agents[i].current
-            if action.name == "wait_agents" or is_aligned(world, i, action.args["block"], action.args["face"]):
+            if rules_for(action.name).sync.member(world, i, action.args):
                 members[sync_key(action)] = members.get(sync_key(action), 0) + 1
         for i in pending:
             primitives[i] = self._decide_sync(world, t, i, members)
@@ -314,7 +394,7 @@ class PlanExecutor:
     def _fail(self, t, i, error: PlanError) -> int:
         a = self.agents[i]
         a.error, a.status = error, FAILED
-        self._record(t, i, None, FAILED, error)
+        self._record(t, i, None, a.status, error)
         return STAY
 
     def _advance(self, world: World, t: int, i: int, after_sync: bool) -> Optional[int]:
@@ -331,20 +411,20 @@ class PlanExecutor:
             action = a.current
             if action is None:
                 a.status = DONE
-                self._record(t, i, STAY, DONE, with_action=False)
+                self._record(t, i, STAY, a.status, with_action=False)
                 return STAY
             if not a.started:
                 error = precondition_error(world, i, action, a.index)
                 if error is not None:
                     return self._fail(t, i, error)
                 a.started, a.emitted = True, 0
-            if action.name in SYNC_ACTIONS:
+            if action.spec.synchronising:
                 return self._emit(t, i, STAY) if after_sync else None
-            outcome, primitive, error = evaluate(world, i, action, a.emitted, a.index, path_obstacles(i, self._parked))
-            if outcome == SUCCEED:
+            outcome, primitive, error = evaluate(world, i, action, a.emitted, a.index, self._obstacles[i])
+            if outcome == Outcome.SUCCEED:
                 self._succeed(t, i)
                 continue
-            if outcome == FAIL:
+            if outcome == Outcome.FAIL:
                 return self._fail(t, i, error)
             return self._emit(t, i, primitive)
 
@@ -352,20 +432,17 @@ class PlanExecutor:
         a = self.agents[i]
         action = a.current
         args = action.args
-        if action.name == "rendezvous":
-            block, face = args["block"], args["face"]
-            if not world.block_alive[block]:
-                return self._fail(t, i, _err(EXECUTION, a.index, f"rendezvous: block {block} was delivered", "block"))
-            if not is_aligned(world, i, block, face):
-                return self._fail(t, i, _err(EXECUTION, a.index, f"rendezvous: agent {i} is no longer aligned with the {face} face of block {block}", "face"))
+        rules = rules_for(action.name).sync
+        error = rules.lost(world, i, args, a.index)
+        if error is not None:
+            return self._fail(t, i, error)
         count = members.get(sync_key(action), 0)
         if count >= args["count"]:
             self._succeed(t, i)
             return self._advance(world, t, i, after_sync=True)
         if a.emitted >= args["timeout"]:
-            what = f"the {args['face']} face of block {args['block']}" if action.name == "rendezvous" else "the wait"
-            return self._fail(t, i, _err(EXECUTION, a.index, f"{action.name}: timed out after {a.emitted} steps with {count} of {args['count']} agents at {what}", "timeout"))
-        return self._emit(t, i, compaction_step(world, i, action) if action.name == "rendezvous" else STAY)
+            return self._fail(t, i, _err(ErrorKind.EXECUTION, a.index, f"{action.name}: timed out after {a.emitted} steps with {count} of {args['count']} agents at {rules.place(args)}", "timeout"))
+        return self._emit(t, i, rules.waiting(world, i, args))
 
     def peek(self, state) -> List[Tuple[str, Optional[PlanError]]]:
         """Per agent ``(status, error)`` that :meth:`act` would leave on ``state``, without

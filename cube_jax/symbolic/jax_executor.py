@@ -5,16 +5,18 @@ It implements ``docs/symbolic.md`` ("Executor state and one step") exactly as th
 plan indices, counters and statuses on every step (tested against each other).
 
 **Plan arrays.** ``plans`` is ``int32[N, L, 1 + MAX_ARGS]``: per agent ``L`` rows of
-``[code, arg0, arg1, arg2, arg3]`` with the action codes of docs/symbolic.md and the
-arguments in their documented order; faces are face codes (up 0, down 1, left 2,
-right 3) and a ``move`` direction is its primitive action id (UP 1 ... RIGHT 4). Unused
-argument slots and rows past ``length[i]`` are 0. :func:`compile_plans` builds them from
-parsed plans.
+``[code, arg0, ..., arg{MAX_ARGS-1}]`` (``MAX_ARGS`` = 4, the most arguments an action
+has) with the action codes of docs/symbolic.md and the arguments in their documented
+order; faces are face codes (up 0, down 1, left 2, right 3) and a ``move`` direction is
+its primitive action id (UP 1 ... RIGHT 4). Unused argument slots and rows past
+``length[i]`` are 0. :func:`compile_plans` builds them from parsed plans,
+:func:`decode_action` reads a row back.
 
 **One step.** :func:`executor_step` runs the two phases of the spec on arrays:
 
 1. phase 1 for every agent at once, in a loop of at most ``L + 1`` rounds (each round
-   either stops an agent or advances its index);
+   either stops an agent or advances its index); every action's rules (:data:`RULES`)
+   are evaluated for every agent and each agent takes those of its current action;
 2. phase 2 decides the agents waiting at ``rendezvous`` / ``wait_agents`` from the
    group sizes after phase 1; the ones that succeed continue with phase 1's rules;
 3. only then are the ``move_to_block`` steps that need a path computed: the spec's two
@@ -40,7 +42,9 @@ parsed plans.
 """
 from __future__ import annotations
 
-from typing import Optional, Sequence
+import dataclasses
+import functools
+from typing import Callable, List, Optional, Sequence, Tuple
 
 import jax
 import jax.numpy as jnp
@@ -49,22 +53,36 @@ from flax import struct
 from jax import lax
 
 from cube_jax.core.checks import as_int, excerpt
+from cube_jax.core.types import STAY, State
 from cube_jax.symbolic import concepts
-from cube_jax.symbolic.actions import ACTION_SPECS, DIRECTIONS, FACES, SymbolicAction
+from cube_jax.symbolic.actions import SymbolicAction
 from cube_jax.symbolic.distance import distance_field, next_action, unreachable
-from cube_jax.core.types import DOWN, LEFT, RIGHT, STAY, UP, State
-
-MAX_ARGS = 4
-IDLE, MOVE, MOVE_TO_BLOCK, RENDEZVOUS, PUSH_BLOCK, YIELD_BLOCK, WAIT_AGENTS = (
-    ACTION_SPECS[name].code
-    for name in ("idle", "move", "move_to_block", "rendezvous", "push_block", "yield_block", "wait_agents")
+from cube_jax.symbolic.vocabulary import (  # noqa: F401  (STATUS_NAMES, ERROR_NAMES: read from here too)
+    ACTION_CODES,
+    ACTION_SPECS,
+    ERROR_NAMES,
+    FACE_PUSH_ACTION,
+    MAX_ARGS,
+    NUM_ACTIONS,
+    NUM_FACES,
+    SPECS_BY_CODE,
+    STATUS_NAMES,
+    ActionSpec,
+    ErrorKind,
+    Outcome,
+    Status,
+    away_direction,
+    decode_argument,
+    encode_argument,
+    obstacle_agents,
+    packing_step,
+    queue_tails,
 )
-# Statuses after a step (docs/symbolic.md); "succeeded" only ever appears in the history.
-STARTED, IN_PROGRESS, SUCCEEDED, FAILED, DONE = 0, 1, 2, 3, 4
-STATUS_NAMES = ("started", "in_progress", "succeeded", "failed", "done")
-# Error kinds recorded for a failed plan.
-NO_ERROR, PRECONDITION_ERROR, EXECUTION_ERROR = 0, 1, 2
-ERROR_NAMES = ("", "precondition", "execution")
+
+# Every action's code as a constant named after it (IDLE, MOVE, MOVE_TO_BLOCK, ...), from ACTION_SPECS.
+globals().update({name.upper(): code for name, code in ACTION_CODES.items()})
+# Statuses after a step (vocabulary.Status); "succeeded" only ever appears in the history.
+STARTED, IN_PROGRESS, SUCCEEDED, FAILED, DONE = Status
 
 # How a round of phase 1 left an agent.
 _GOING, _EMIT, _PENDING, _NEEDS_PATH, _STOPPED = 0, 1, 2, 3, 4
@@ -80,8 +98,8 @@ class ExecutorState:
     emitted: jax.Array  # int32[N] primitives emitted by the current action
     started: jax.Array  # bool[N] the current action's preconditions were checked
     failed: jax.Array  # bool[N] the plan failed; the agent emits STAY until it gets a new plan
-    status: jax.Array  # int32[N] STARTED, IN_PROGRESS, FAILED or DONE after the last step
-    error_kind: jax.Array  # int32[N] NO_ERROR, PRECONDITION_ERROR or EXECUTION_ERROR
+    status: jax.Array  # int32[N] a Status: STARTED, IN_PROGRESS, FAILED or DONE after the last step
+    error_kind: jax.Array  # int32[N] an ErrorKind: NONE, PRECONDITION or EXECUTION
     error_index: jax.Array  # int32[N] index of the action that failed (-1 if none)
 
     @property
@@ -94,16 +112,31 @@ class ExecutorState:
 
 
 def encode_action(action: SymbolicAction) -> list:
-    """``[code, arg0, ..., arg3]`` of one parsed action (see the module docstring)."""
-    row = [action.spec.code]
-    for arg in action.spec.args:
-        value = action.args[arg.name]
-        if arg.kind == "face":
-            value = FACES.index(value)
-        elif arg.kind == "direction":
-            value = DIRECTIONS[value]
-        row.append(int(value))
+    """``[code, arg0, ..., arg{MAX_ARGS-1}]`` of one parsed action (see the module docstring)."""
+    row = [action.spec.code] + [encode_argument(arg, action.args[arg.name]) for arg in action.spec.args]
     return row + [0] * (1 + MAX_ARGS - len(row))
+
+
+def decode_action(row) -> SymbolicAction:
+    """The action of one plan row (the inverse of :func:`encode_action`).
+
+    >>> str(decode_action([3, 2, 3, 2, 7]))
+    'rendezvous(2, right, 2, 7)'
+    """
+    row = [int(x) for x in np.asarray(row).reshape(-1)]
+    if not 0 <= row[0] < NUM_ACTIONS:
+        raise ValueError(f"decode_action: {row[0]} is not an action code (0..{NUM_ACTIONS - 1})")
+    spec = SPECS_BY_CODE[row[0]]
+    return SymbolicAction(spec.name, {arg.name: decode_argument(arg, x) for arg, x in zip(spec.args, row[1:])})
+
+
+def plan_row(name: str, *args) -> jax.Array:
+    """int32[1 + MAX_ARGS]: the row of action ``name`` with encoded ``args`` (ints, may be traced)."""
+    spec = ACTION_SPECS[name]
+    if len(args) != len(spec.args):
+        raise ValueError(f"plan_row: {name} takes {len(spec.args)} argument(s), got {len(args)}")
+    padding = [0] * (MAX_ARGS - len(args))
+    return jnp.stack([jnp.asarray(x, jnp.int32) for x in (spec.code, *args, *padding)])
 
 
 def compile_plans(plans: Sequence[Sequence[SymbolicAction]], max_len: Optional[int] = None):
@@ -195,16 +228,154 @@ def _world(state: State) -> _World:
     )
 
 
-def _away_direction(world: _World, block: jax.Array) -> jax.Array:
-    """int32[N]: yield_block's direction from each agent's ``block`` (docs/symbolic.md)."""
-    b = jnp.clip(block, 0, world.block_pos.shape[0] - 1)
-    ar, ac = world.agent_pos[:, 0], world.agent_pos[:, 1]
-    r, c, w = world.block_pos[b, 0], world.block_pos[b, 1], world.block_weight[b]
-    gap_r = jnp.maximum(jnp.maximum(r - ar, ar - (r + w - 1)), 0)
-    gap_c = jnp.maximum(jnp.maximum(c - ac, ac - (c + w - 1)), 0)
-    horizontal = jnp.where(ac < c, LEFT, RIGHT)
-    vertical = jnp.where(ar < r, UP, DOWN)
-    return jnp.where(gap_c >= gap_r, horizontal, vertical).astype(jnp.int32)
+class ActionArgs:
+    """Every agent's current arguments read as those of one action ``spec``: right for the
+    agents whose current action it is, and harmless (clipped into range) for the others."""
+
+    def __init__(self, spec: ActionSpec, world: _World, args: jax.Array, emitted: jax.Array):
+        self.spec, self.world, self.args, self.emitted = spec, world, args, emitted  # args int32[N, MAX_ARGS]
+
+    def __getitem__(self, name: str) -> jax.Array:
+        """int32[N]: the argument ``name``."""
+        return self.args[:, self.spec.arg_index(name)]
+
+    @functools.cached_property
+    def block(self) -> jax.Array:
+        return jnp.clip(self["block"], 0, self.world.block_pos.shape[0] - 1)
+
+    @functools.cached_property
+    def face(self) -> jax.Array:
+        return jnp.clip(self["face"], 0, NUM_FACES - 1)
+
+    @functools.cached_property
+    def alive(self) -> jax.Array:
+        """bool[N]: the block is alive."""
+        return self.world.alive[self.block]
+
+    @functools.cached_property
+    def aligned(self) -> jax.Array:
+        """bool[N]: the agent is aligned with (block, face)."""
+        return self.world.align[self.face, jnp.arange(self.args.shape[0])] == self.block
+
+    @functools.cached_property
+    def faces_aligned(self) -> jax.Array:
+        """bool[4, N]: the agent is aligned with the block on each face."""
+        return self.world.align == self.block[None, :]
+
+
+# --- the rules of each action (docs/symbolic.md, "Actions") -------------------------------------
+# Every entry of ACTION_SPECS has its rules here (RULES) and in executor.RULES.
+
+
+@dataclasses.dataclass(frozen=True)
+class SyncRules:
+    """How phase 2 decides a synchronising action, for every agent at once."""
+
+    group: Callable[[ActionArgs], jax.Array]  # int32[N]: agents with the same action and group wait together
+    member: Callable[[ActionArgs], jax.Array]  # bool[N]: the agent counts in its group now
+    lost: Callable[[ActionArgs], jax.Array]  # bool[N]: fails before counting (execution error)
+    waiting: Callable[[ActionArgs], jax.Array]  # int32[N]: the primitive emitted while waiting
+
+
+@dataclasses.dataclass(frozen=True)
+class ActionRules:
+    """One action's semantics on arrays.
+
+    ``step(args)`` gives (int32[N] Outcome, int32[N] primitive) of the started,
+    non-synchronising action; an outcome ``NEEDS_PATH`` is resolved after phase 2 by a
+    path step toward ``targets(world, agent, row)`` (bool[K, K], one agent with its plan
+    row's arguments). ``precondition(args)``: bool[N] violated, checked when the action
+    starts, after the check every action with a block gets (the block is alive).
+    ``sync``: the rules of a synchronising action.
+    """
+
+    step: Optional[Callable[[ActionArgs], Tuple[jax.Array, jax.Array]]] = None
+    precondition: Optional[Callable[[ActionArgs], jax.Array]] = None
+    targets: Optional[Callable[[_World, jax.Array, jax.Array], jax.Array]] = None
+    sync: Optional[SyncRules] = None
+
+
+def _repeat(primitive: Callable[[ActionArgs], jax.Array]):
+    """The step of an action that emits ``primitive`` until it has emitted ``steps`` of them."""
+
+    def step(a: ActionArgs):
+        return jnp.where(a.emitted >= a["steps"], Outcome.SUCCEED, Outcome.EMIT), primitive(a)
+
+    return step
+
+
+def _away(a: ActionArgs) -> jax.Array:
+    return away_direction(a.world.agent_pos, a.world.block_pos[a.block], a.world.block_weight[a.block])
+
+
+def _move_to_block(a: ActionArgs):
+    outcome = jnp.where(~a.alive, Outcome.FAIL, jnp.where(a.aligned, Outcome.SUCCEED, Outcome.NEEDS_PATH))
+    return outcome, jnp.full_like(outcome, STAY)
+
+
+def _move_to_block_targets(world: _World, agent: jax.Array, row: jax.Array) -> jax.Array:
+    spec = ACTION_SPECS["move_to_block"]
+    block = jnp.clip(row[spec.arg_index("block")], 0, world.block_pos.shape[0] - 1)
+    face = jnp.clip(row[spec.arg_index("face")], 0, NUM_FACES - 1)
+    return queue_targets(world, agent, block, face)
+
+
+def _push_block(a: ActionArgs):
+    done = ~a.alive | (a.emitted >= a["steps"])
+    lost = ~a.faces_aligned.any(0)
+    face = jnp.argmax(a.faces_aligned, 0)  # the one aligned face (first in code order)
+    outcome = jnp.where(done, Outcome.SUCCEED, jnp.where(lost, Outcome.FAIL, Outcome.EMIT))
+    return outcome, jnp.asarray(FACE_PUSH_ACTION, jnp.int32)[face]
+
+
+def _packing(a: ActionArgs) -> jax.Array:
+    w = a.world
+    return packing_step(w.agent_pos, w.block_pos[a.block], w.block_weight[a.block], a.face, w.agent_grid, w.block_grid)
+
+
+RULES = {
+    "idle": ActionRules(step=_repeat(lambda a: jnp.full_like(a.emitted, STAY))),
+    "move": ActionRules(step=_repeat(lambda a: a["direction"])),
+    "move_to_block": ActionRules(step=_move_to_block, targets=_move_to_block_targets),
+    "rendezvous": ActionRules(
+        precondition=lambda a: ~a.aligned,
+        sync=SyncRules(
+            group=lambda a: a.block * NUM_FACES + a.face,
+            member=lambda a: a.aligned,
+            lost=lambda a: ~a.alive | ~a.aligned,
+            waiting=_packing,
+        ),
+    ),
+    "push_block": ActionRules(step=_push_block, precondition=lambda a: ~a.faces_aligned.any(0)),
+    "yield_block": ActionRules(step=_repeat(_away)),
+    "wait_agents": ActionRules(
+        sync=SyncRules(
+            group=lambda a: jnp.zeros_like(a.emitted),
+            member=lambda a: jnp.ones_like(a.emitted, bool),
+            lost=lambda a: jnp.zeros_like(a.emitted, bool),
+            waiting=lambda a: jnp.full_like(a.emitted, STAY),
+        ),
+    ),
+}
+
+
+def rules_by_code() -> List[ActionRules]:
+    """The rules of every action, in code order; a clear error for an action that has none."""
+    missing = [spec.name for spec in SPECS_BY_CODE if spec.name not in RULES]
+    if missing:
+        raise NotImplementedError(f"the JAX executor has no rules for action(s) {missing}; add them to jax_executor.RULES")
+    return [RULES[spec.name] for spec in SPECS_BY_CODE]
+
+
+def _by_code(code: jax.Array, values: Sequence[jax.Array]) -> jax.Array:
+    """Per agent, ``values[code]`` (one array per action code, all of the same shape)."""
+    if all(v is values[0] for v in values):
+        return values[0]
+    return lax.select_n(code, *values)
+
+
+def _views(world: _World, args: jax.Array, emitted: jax.Array) -> List[ActionArgs]:
+    return [ActionArgs(spec, world, args, emitted) for spec in SPECS_BY_CODE]
 
 
 # --- phase 1 ---------------------------------------------------------------------------------
@@ -225,13 +396,13 @@ class _Run:
 
 
 def _current(ex: ExecutorState, run: _Run):
-    """(int32[N] code, int32[N, 4] args, bool[N] has an action) of each agent's current action."""
+    """(int32[N] code, int32[N, MAX_ARGS] args, bool[N] has an action) of each agent's current action."""
     n, l = ex.plans.shape[0], ex.plans.shape[1]
     row = ex.plans[jnp.arange(n), jnp.clip(run.index, 0, l - 1)]
-    return row[:, 0], row[:, 1:], ~run.failed & (run.index < ex.length)
+    return jnp.clip(row[:, 0], 0, NUM_ACTIONS - 1), row[:, 1:], ~run.failed & (run.index < ex.length)
 
 
-def _fail(run: _Run, where: jax.Array, kind: int) -> _Run:
+def _fail(run: _Run, where: jax.Array, kind: ErrorKind) -> _Run:
     return run.replace(
         failed=run.failed | where,
         error_kind=jnp.where(where, kind, run.error_kind),
@@ -253,15 +424,19 @@ def _succeed(run: _Run, where: jax.Array) -> _Run:
     )
 
 
-def _block_and_face(args: jax.Array, b: int):
-    """int32[N] each: the block argument of block actions and the face argument of
-    move_to_block / rendezvous, clipped into range for indexing."""
-    return jnp.clip(args[:, 0], 0, b - 1), jnp.clip(args[:, 1], 0, 3)
+def _violated(rules: ActionRules, a: ActionArgs) -> jax.Array:
+    """bool[N]: a precondition of ``a``'s action fails (block alive, then its own)."""
+    violated = jnp.zeros(a.emitted.shape, bool)
+    if a.spec.block_arg is not None:
+        violated = ~a.alive
+    if rules.precondition is not None:
+        violated = violated | rules.precondition(a)
+    return violated
 
 
 def _phase_one_round(ex: ExecutorState, world: _World, run: _Run, decide_sync: bool) -> _Run:
     """One round of phase 1 for every agent still _GOING (docs/symbolic.md, phase 1 steps 1-4)."""
-    b = world.block_pos.shape[0]
+    rules = rules_by_code()
     going = run.outcome == _GOING
     code, args, has_action = _current(ex, run)
     # 1. a failed plan or a finished one: STAY
@@ -269,18 +444,11 @@ def _phase_one_round(ex: ExecutorState, world: _World, run: _Run, decide_sync: b
     run = run.replace(outcome=jnp.where(finished, _STOPPED, run.outcome))
     going = going & has_action
 
-    block, face = _block_and_face(args, b)
-    alive = world.alive[block]
-    agents = jnp.arange(world.agent_pos.shape[0])
-    aligned_face_ok = world.align[face, agents] == block  # bool[N] aligned with (block, face)
-    on_block = world.align == block[None, :]  # bool[4, N] aligned with block, per face
-    aligned_any = on_block.any(0)
-
     # 2. preconditions of an action that has not started
-    uses_block = (code == MOVE_TO_BLOCK) | (code == RENDEZVOUS) | (code == PUSH_BLOCK) | (code == YIELD_BLOCK)
-    violated = (uses_block & ~alive) | ((code == RENDEZVOUS) & ~aligned_face_ok) | ((code == PUSH_BLOCK) & ~aligned_any)
     starting = going & ~run.started
-    run = _fail(run, starting & violated, PRECONDITION_ERROR)
+    views = _views(world, args, jnp.where(starting, 0, run.emitted))
+    violated = _by_code(code, [_violated(r, a) for r, a in zip(rules, views)])
+    run = _fail(run, starting & violated, ErrorKind.PRECONDITION)
     going = going & ~(starting & violated)
     run = run.replace(
         started=run.started | (going & starting),
@@ -288,7 +456,7 @@ def _phase_one_round(ex: ExecutorState, world: _World, run: _Run, decide_sync: b
     )
 
     # 3. synchronising actions wait for phase 2 (or, reached in phase 2, only start)
-    sync = going & ((code == RENDEZVOUS) | (code == WAIT_AGENTS))
+    sync = going & jnp.asarray([spec.synchronising for spec in SPECS_BY_CODE])[code]
     if decide_sync:
         run = _emit(run, sync, jnp.full_like(code, STAY))
     else:
@@ -296,31 +464,14 @@ def _phase_one_round(ex: ExecutorState, world: _World, run: _Run, decide_sync: b
     going = going & ~sync
 
     # 4. end condition, then emit
-    counted = (code == IDLE) | (code == MOVE) | (code == YIELD_BLOCK)
-    steps = jnp.where(code == IDLE, args[:, 0], args[:, 1])  # idle(steps); move/yield/push(_, steps)
-    counted_done = counted & (run.emitted >= steps)
-    counted_primitive = jnp.where(code == MOVE, args[:, 0], jnp.where(code == YIELD_BLOCK, _away_direction(world, block), STAY))
-
-    walk = code == MOVE_TO_BLOCK
-    walk_failed = walk & ~alive
-    walk_done = walk & alive & aligned_face_ok
-    walk_needs_path = walk & alive & ~aligned_face_ok
-
-    push = code == PUSH_BLOCK
-    push_done = push & (~alive | (run.emitted >= steps))
-    push_lost = push & ~push_done & ~aligned_any
-    push_face = jnp.argmax(on_block, 0)  # first aligned face in code order
-    push_primitive = jnp.asarray(concepts.FACE_PUSH_ACTION, jnp.int32)[push_face]
-
-    succeed = going & (counted_done | walk_done | push_done)
-    run = _succeed(run, succeed)
-    run = _fail(run, going & (walk_failed | push_lost), EXECUTION_ERROR)
-    run = run.replace(outcome=jnp.where(going & walk_needs_path, _NEEDS_PATH, run.outcome))
-    emit_counted = going & counted & ~counted_done
-    emit_push = going & push & ~push_done & ~push_lost
-    run = _emit(run, emit_counted, counted_primitive)
-    run = _emit(run, emit_push, push_primitive)
-    return run
+    waits = (jnp.full_like(code, Outcome.EMIT), jnp.full_like(code, STAY))  # never read: sync agents left above
+    steps = [waits if r.step is None else r.step(a) for r, a in zip(rules, views)]
+    outcome = _by_code(code, [jnp.asarray(o, jnp.int32) for o, _ in steps])
+    primitive = _by_code(code, [jnp.asarray(p, jnp.int32) for _, p in steps])
+    run = _succeed(run, going & (outcome == Outcome.SUCCEED))
+    run = _fail(run, going & (outcome == Outcome.FAIL), ErrorKind.EXECUTION)
+    run = run.replace(outcome=jnp.where(going & (outcome == Outcome.NEEDS_PATH), _NEEDS_PATH, run.outcome))
+    return _emit(run, going & (outcome == Outcome.EMIT), primitive)
 
 
 def _phase_one(ex: ExecutorState, world: _World, run: _Run, decide_sync: bool) -> _Run:
@@ -336,97 +487,49 @@ def _phase_one(ex: ExecutorState, world: _World, run: _Run, decide_sync: bool) -
 # --- phase 2 ---------------------------------------------------------------------------------
 
 
-def _packing_step(world: _World, block: jax.Array, face: jax.Array) -> jax.Array:
-    """int32[N]: what a waiting rendezvous agent emits (docs/symbolic.md, "Packing step").
-
-    On face cell j > 0 with face cell j - 1 free of agents and alive blocks: one step
-    toward it (UP along a left/right face, LEFT along an up/down face); else STAY.
-    """
-    k = world.agent_grid.shape[0]
-    ar, ac = world.agent_pos[:, 0], world.agent_pos[:, 1]
-    r, c, w = world.block_pos[block, 0], world.block_pos[block, 1], world.block_weight[block]
-    upright = face >= 2  # left / right faces run down a column
-    face_line = jnp.stack([r - 1, r + w, c - 1, c + w], -1)[jnp.arange(face.shape[0]), face]
-    on_face = jnp.where(
-        upright,
-        (ac == face_line) & (r < ar) & (ar < r + w),
-        (ar == face_line) & (c < ac) & (ac < c + w),
-    )
-    pr = jnp.clip(jnp.where(upright, ar - 1, ar), 0, k - 1)
-    pc = jnp.clip(jnp.where(upright, ac, ac - 1), 0, k - 1)
-    previous_free = (world.agent_grid[pr, pc] < 0) & (world.block_grid[pr, pc] < 0)
-    return jnp.where(on_face & previous_free, jnp.where(upright, UP, LEFT), STAY).astype(jnp.int32)
-
-
-
 def _phase_two(ex: ExecutorState, world: _World, run: _Run) -> _Run:
-    """Decides the agents waiting at rendezvous / wait_agents (docs/symbolic.md, synchronisation)."""
-    b = world.block_pos.shape[0]
+    """Decides the agents waiting at a synchronising action (docs/symbolic.md, synchronisation)."""
     pending = run.outcome == _PENDING
     code, args, _ = _current(ex, run)
-    block, face = _block_and_face(args, b)
-    agents = jnp.arange(world.agent_pos.shape[0])
-    aligned = world.align[face, agents] == block
-    rendezvous = pending & (code == RENDEZVOUS)
-    waiting = pending & (code == WAIT_AGENTS)
+    views = _views(world, args, run.emitted)
+    zero = jnp.zeros_like(code)
+    rules = [(r.sync, a) for r, a in zip(rules_by_code(), views)]
+
+    def per_code(read):
+        return _by_code(code, [zero if sync is None else jnp.asarray(read(sync, a), jnp.int32) for sync, a in rules])
 
     # group sizes, fixed as they stand after phase 1
-    member = rendezvous & aligned
-    same_place = (block[:, None] == block[None, :]) & (face[:, None] == face[None, :])
-    rendezvous_members = (same_place & member[None, :]).sum(1)
-    members = jnp.where(code == RENDEZVOUS, rendezvous_members, waiting.sum())
-    count = jnp.where(code == RENDEZVOUS, args[:, 2], args[:, 0])
-    timeout = jnp.where(code == RENDEZVOUS, args[:, 3], args[:, 1])
+    group = per_code(lambda sync, a: sync.group(a))
+    member = pending & (per_code(lambda sync, a: sync.member(a)) > 0)
+    same_group = (code[:, None] == code[None, :]) & (group[:, None] == group[None, :])
+    members = (same_group & member[None, :]).sum(1)
+    count = per_code(lambda sync, a: a["count"])
+    timeout = per_code(lambda sync, a: a["timeout"])
 
-    lost = rendezvous & (~world.alive[block] | ~aligned)
-    run = _fail(run, lost, EXECUTION_ERROR)
+    lost = pending & (per_code(lambda sync, a: sync.lost(a)) > 0)
+    run = _fail(run, lost, ErrorKind.EXECUTION)
     deciding = pending & ~lost
     met = deciding & (members >= count)
     timed_out = deciding & ~met & (run.emitted >= timeout)
-    run = _fail(run, timed_out, EXECUTION_ERROR)
-    waiting_primitive = jnp.where(code == RENDEZVOUS, _packing_step(world, block, face), STAY)
-    run = _emit(run, deciding & ~met & ~timed_out, waiting_primitive)
+    run = _fail(run, timed_out, ErrorKind.EXECUTION)
+    run = _emit(run, deciding & ~met & ~timed_out, per_code(lambda sync, a: sync.waiting(a)))
     # the agents whose group is complete move on, with phase 1's rules
     run = _succeed(run, met)
     run = run.replace(outcome=jnp.where(met, _GOING, run.outcome))
     return _phase_one(ex, world, run, decide_sync=True)
 
 
-# --- paths for move_to_block -----------------------------------------------------------------
+# --- paths ---------------------------------------------------------------------------------
 
 
 def queue_targets(world: _World, agent: jax.Array, block: jax.Array, face: jax.Array) -> jax.Array:
-    """bool[K, K]: the tails of the queues behind each face cell, as ``agent`` sees them.
-
-    From each face cell, step away from the block over cells holding another agent; the
-    first other cell is the tail, a target when it is inside the grid and not under an
-    alive block (docs/symbolic.md, "Queue tails").
-    """
+    """bool[K, K]: the tails of the queues behind each face cell, as ``agent`` sees them
+    (``vocabulary.queue_tails``; docs/symbolic.md, "Queue tails")."""
     k = world.agent_grid.shape[0]
-    r, c, w = world.block_pos[block, 0], world.block_pos[block, 1], world.block_weight[block]
-    span = jnp.arange(k)  # positions along the face (only the first w are face cells)
-    along = jnp.stack([jnp.zeros_like(span), span], -1)  # up/down faces run along a row
-    across = jnp.stack([span, jnp.zeros_like(span)], -1)  # left/right faces along a column
-    starts = jnp.stack([
-        jnp.array([r - 1, c]) + along,
-        jnp.array([r + w, c]) + along,
-        jnp.array([r, c - 1]) + across,
-        jnp.array([r, c + w]) + across,
-    ])[face]  # int32[K, 2] face cells (j < w)
-    out = jnp.asarray(concepts.FACE_OUTWARD, jnp.int32)[face]
-    line = starts[:, None, :] + jnp.arange(k)[None, :, None] * out  # int32[K, K, 2] outward from each
-    inside = ((line >= 0) & (line < k)).all(-1)
-    safe = jnp.clip(line, 0, k - 1)
-    occupant = world.agent_grid[safe[..., 0], safe[..., 1]]
-    other = inside & (occupant >= 0) & (occupant != agent)
-    run = jnp.cumprod(other, axis=1).sum(1)  # int32[K] other agents queued behind each face cell
-    tail = starts + run[:, None] * out
-    tail_inside = ((tail >= 0) & (tail < k)).all(-1)
-    tail_safe = jnp.clip(tail, 0, k - 1)
-    free = world.block_grid[tail_safe[:, 0], tail_safe[:, 1]] < 0
-    valid = (span < w) & tail_inside & free  # bool[K]
+    tails, valid = queue_tails(agent, world.block_pos[block], world.block_weight[block], face,
+                               world.agent_grid, world.block_grid)
     rows = jnp.arange(k)
-    hit = (tail[:, 0][:, None, None] == rows[None, :, None]) & (tail[:, 1][:, None, None] == rows[None, None, :])
+    hit = (tails[:, 0][:, None, None] == rows[None, :, None]) & (tails[:, 1][:, None, None] == rows[None, None, :])
     return (hit & valid[:, None, None]).any(0)
 
 
@@ -442,29 +545,28 @@ def _field_to(passable: jax.Array, goals: jax.Array, start: jax.Array) -> jax.Ar
 def parked_agents(ex: ExecutorState) -> jax.Array:
     """bool[N]: agents that are not walking at the start of a step (docs/symbolic.md, "Pathfinding").
 
-    Parked: no current action (plan done, empty or failed), or a current action other
-    than ``move``, ``move_to_block`` and ``yield_block``.
+    Parked: no current action (plan done, empty or failed), or a current action that is
+    not a walking one (``ActionSpec.walking``: ``move``, ``move_to_block``, ``yield_block``).
     """
     n, l = ex.plans.shape[0], ex.plans.shape[1]
-    code = ex.plans[jnp.arange(n), jnp.clip(ex.index, 0, l - 1), 0]
-    walking = (code == MOVE) | (code == MOVE_TO_BLOCK) | (code == YIELD_BLOCK)
+    code = jnp.clip(ex.plans[jnp.arange(n), jnp.clip(ex.index, 0, l - 1), 0], 0, NUM_ACTIONS - 1)
+    walking = jnp.asarray([spec.walking for spec in SPECS_BY_CODE])[code]
     return ~(~ex.failed & (ex.index < ex.length) & walking)
 
 
 def path_step(world: _World, agent: jax.Array, targets: jax.Array, parked: jax.Array):
     """(int32[] primitive, bool[] a path exists) toward ``targets`` for ``agent``.
 
-    Around its obstacle agents (every other agent with a smaller id, and every parked
-    one) when that is possible, else as if no agent were there (docs/symbolic.md,
-    "Pathfinding"); ``parked`` is bool[N] from :func:`parked_agents`.
+    Around its obstacle agents (``vocabulary.obstacle_agents``: every other agent with a
+    smaller id, and every parked one) when that is possible, else as if no agent were
+    there (docs/symbolic.md, "Pathfinding"); ``parked`` is bool[N] from :func:`parked_agents`.
     """
     k = world.agent_grid.shape[0]
     far = unreachable(k)
     pos = world.agent_pos[agent]
     free_b = world.block_grid < 0
     occupant = world.agent_grid
-    safe = jnp.maximum(occupant, 0)
-    obstacle = (occupant >= 0) & (occupant != agent) & ((occupant < agent) | parked[safe])
+    obstacle = (occupant >= 0) & obstacle_agents(agent, parked)[jnp.maximum(occupant, 0)]
     free_a = free_b & ~obstacle
     field_a = _field_to(free_a, targets, pos)
     around = field_a[pos[0], pos[1]] < far
@@ -476,21 +578,25 @@ def path_step(world: _World, agent: jax.Array, targets: jax.Array, parked: jax.A
 
 
 def _resolve_paths(world: _World, ex: ExecutorState, run: _Run, parked: jax.Array) -> _Run:
-    """Steps (or failures) of the agents stopped at a move_to_block that needs a path."""
-    b = world.block_pos.shape[0]
+    """Steps (or failures) of the agents whose action needs a path step (``ActionRules.targets``)."""
     walking = run.outcome == _NEEDS_PATH
-    _, args, _ = _current(ex, run)
-    block, face = _block_and_face(args, b)
+    code, args, _ = _current(ex, run)
     agents = jnp.arange(world.agent_pos.shape[0])
+    with_targets = [(spec.code, r.targets) for spec, r in zip(SPECS_BY_CODE, rules_by_code()) if r.targets is not None]
+    slot = np.zeros(NUM_ACTIONS, np.int32)  # code -> position in with_targets
+    for i, (c, _) in enumerate(with_targets):
+        slot[c] = i
 
-    def one(agent, blk, f, needed):
-        targets = queue_targets(world, agent, blk, f) & needed
+    def one(agent, c, row, needed):
+        masks = [targets(world, agent, row) for _, targets in with_targets]
+        targets = masks[0] if len(masks) == 1 else lax.select_n(jnp.asarray(slot)[c], *masks)
+        targets = targets & needed
         step, reachable = path_step(world, agent, targets, parked)
         return step, targets.any(), reachable
 
-    step, has_target, reachable = jax.vmap(one)(agents, block, face, walking)
+    step, has_target, reachable = jax.vmap(one)(agents, code, args, walking)
     ok = walking & has_target & reachable
-    run = _fail(run, walking & ~ok, EXECUTION_ERROR)
+    run = _fail(run, walking & ~ok, ErrorKind.EXECUTION)
     return _emit(run, ok, step)
 
 
@@ -539,20 +645,27 @@ def executor_step(ex: ExecutorState, state: State):
 
 
 __all__ = [
+    "ActionArgs",
+    "ActionRules",
     "DONE",
     "ERROR_NAMES",
     "ExecutorState",
     "FAILED",
     "IN_PROGRESS",
     "MAX_ARGS",
+    "RULES",
     "STARTED",
     "STATUS_NAMES",
+    "SyncRules",
     "compile_plans",
+    "decode_action",
     "encode_action",
     "executor_step",
     "init_executor",
     "parked_agents",
     "path_step",
+    "plan_row",
     "queue_targets",
+    "rules_by_code",
     "set_plans",
 ]

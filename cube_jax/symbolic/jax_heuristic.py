@@ -36,8 +36,8 @@ from flax import struct
 from cube_jax.core.types import State
 from cube_jax.symbolic import concepts
 from cube_jax.symbolic import jax_executor as jx
-from cube_jax.symbolic.concepts import LEFT_FACE
 from cube_jax.symbolic.distance import distance_field, next_action, unreachable
+from cube_jax.symbolic.vocabulary import LEFT_FACE, goal_distance
 
 PLAN_LENGTH = 3  # move_to_block, rendezvous, push_block
 
@@ -52,7 +52,7 @@ def target_block(state: State) -> jax.Array:
     """int32[]: the alive block closest to the goal column (lowest id on ties), -1 if none."""
     k = state.grid_size
     b = state.block_pos.shape[0]
-    gap = k - 1 - (state.block_pos[:, 1] + state.block_weight - 1)
+    gap = goal_distance(k, state.block_pos[:, 1], state.block_weight)
     key = jnp.where(state.block_alive, gap * b + jnp.arange(b), jnp.iinfo(jnp.int32).max)
     return jnp.where(state.block_alive.any(), jnp.argmin(key), -1).astype(jnp.int32)
 
@@ -61,7 +61,7 @@ def deliver_plan(state: State, block: jax.Array, timeout: int) -> jax.Array:
     """int32[3, 1 + MAX_ARGS]: line up on the left face, meet there, push right until delivered."""
     k = state.grid_size
     w = state.block_weight[block]
-    gap = jnp.maximum(0, k - 1 - (state.block_pos[block, 1] + w - 1))
+    gap = goal_distance(k, state.block_pos[block, 1], w)
     zero = jnp.int32(0)
     return jnp.stack([
         jnp.stack([jnp.int32(jx.MOVE_TO_BLOCK), block, jnp.int32(LEFT_FACE), zero, zero]),

@@ -19,13 +19,15 @@ from typing import Iterable, Optional, Union
 
 import numpy as np
 
-from cube_jax.symbolic.executor import HistoryRecord, PlanExecutor
 from cube_jax.core.types import ACTION_NAMES
+from cube_jax.symbolic.executor import HistoryRecord, PlanExecutor
+from cube_jax.symbolic.vocabulary import goal_distance
 
 
 def distance_to_goal(grid_size: int, col: int, weight: int) -> int:
-    """Right pushes until a block with left column ``col`` touches the goal column K-1."""
-    return max(0, grid_size - 1 - (col + weight - 1))
+    """Right pushes until a block with left column ``col`` touches the goal column K-1
+    (``vocabulary.goal_distance`` of an alive block, as a Python int)."""
+    return int(goal_distance(grid_size, col, weight))
 
 
 def symbolic_observation(
@@ -58,7 +60,7 @@ def symbolic_observation(
                 "id": j,
                 "weight": int(weight[j]),
                 "position": [int(block_pos[j, 0]), int(block_pos[j, 1])],
-                "distance_to_goal": 0 if not alive[j] else distance_to_goal(k, int(block_pos[j, 1]), int(weight[j])),
+                "distance_to_goal": int(goal_distance(k, int(block_pos[j, 1]), int(weight[j]), bool(alive[j]))),
                 "delivered": not bool(alive[j]),
             }
             for j in range(len(weight))

@@ -1,8 +1,10 @@
-"""CPU geometry of the symbolic layer: occupancy grids, faces, alignment, distance fields.
+"""CPU geometry of the symbolic layer: occupancy grids, alignment, queues, distance fields.
 
-Everything here follows ``docs/symbolic.md`` ("Faces and alignment", "Pathfinding").
-Distance fields are breadth-first searches from a target set over free cells; the step
-an agent takes is the first of UP, DOWN, LEFT, RIGHT that lowers the distance by one.
+Everything here follows ``docs/symbolic.md`` ("Faces and alignment", "Pathfinding"); the
+rules themselves (occupancy, agent chains, queue tails) are those of
+:mod:`cube_jax.symbolic.vocabulary`, evaluated with numpy. Distance fields are
+breadth-first searches from a target set over free cells; the step an agent takes is the
+first of UP, DOWN, LEFT, RIGHT that lowers the distance by one.
 """
 from __future__ import annotations
 
@@ -13,13 +15,21 @@ from typing import List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from cube_jax.symbolic.actions import FACE_PUSH_DIRECTION, FACES
-from cube_jax.core.types import ACTION_DELTAS, DOWN, LEFT, RIGHT, STAY, UP
+from cube_jax.core.types import ACTION_DELTAS, STAY
+from cube_jax.symbolic.vocabulary import (
+    FACE_IDS,
+    FACE_NAMES,
+    NUM_FACES,
+    STEP_ORDER,
+    agent_grid,
+    block_grid,
+    chain_ends,
+    face_push_step,
+    queue_tails,
+)
 
 Cell = Tuple[int, int]
 NO_PATH = np.iinfo(np.int32).max
-# Neighbour order that breaks ties between equally short steps.
-STEP_ORDER = (UP, DOWN, LEFT, RIGHT)
 
 
 @dataclasses.dataclass
@@ -33,6 +43,8 @@ class World:
     block_alive: np.ndarray  # bool[B]
     agent_at: np.ndarray  # int32[K, K] agent id on the cell, -1 if none
     block_at: np.ndarray  # int32[K, K] alive block id covering the cell, -1 if none
+    # (block, face id) -> every agent's queue targets there, filled on demand
+    _queues: dict = dataclasses.field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
     def from_state(cls, state) -> "World":
@@ -43,14 +55,13 @@ class World:
         alive = np.asarray(state.block_alive, bool)
         if agent_pos.ndim != 2:
             raise ValueError(f"expected one environment's state (agent_pos [N, 2]), got shape {agent_pos.shape}")
-        agent_at = np.full((k, k), -1, np.int32)
-        agent_at[agent_pos[:, 0], agent_pos[:, 1]] = np.arange(len(agent_pos), dtype=np.int32)
-        block_at = np.full((k, k), -1, np.int32)
-        for j in np.flatnonzero(alive):
-            r, c = block_pos[j]
-            w = weight[j]
-            block_at[r : r + w, c : c + w] = j
-        return cls(k, agent_pos, block_pos, weight, alive, agent_at, block_at)
+        return cls(k, agent_pos, block_pos, weight, alive, agent_grid(agent_pos, k), block_grid(block_pos, weight, alive, k))
+
+    @functools.cached_property
+    def alignment(self) -> np.ndarray:
+        """int32[4, N]: the block each agent is aligned with per face id (B if none)."""
+        return chain_ends(self.agent_pos, self.agent_at, self.block_at, face_push_step(np.arange(NUM_FACES)),
+                          len(self.block_alive))
 
     def inside(self, cell: Cell) -> bool:
         return 0 <= cell[0] < self.grid_size and 0 <= cell[1] < self.grid_size
@@ -59,48 +70,15 @@ class World:
         return int(self.agent_pos[i, 0]), int(self.agent_pos[i, 1])
 
 
-def face_cells(world: World, block: int, face: str) -> List[Cell]:
-    """The face's cells inside the grid (docs/symbolic.md table), in order along the face."""
-    r, c = (int(x) for x in world.block_pos[block])
-    w = int(world.block_weight[block])
-    if face == "up":
-        cells = [(r - 1, c + j) for j in range(w)]
-    elif face == "down":
-        cells = [(r + w, c + j) for j in range(w)]
-    elif face == "left":
-        cells = [(r + j, c - 1) for j in range(w)]
-    elif face == "right":
-        cells = [(r + j, c + w) for j in range(w)]
-    else:
-        raise ValueError(f"face must be one of {FACES}, got {face!r}")
-    return [cell for cell in cells if world.inside(cell)]
-
-
-def _shift(cell: Cell, direction: int, times: int = 1) -> Cell:
-    dr, dc = ACTION_DELTAS[direction]
-    return cell[0] + dr * times, cell[1] + dc * times
-
-
-def chain_end(world: World, cell: Cell, direction: int) -> Cell:
-    """First cell from ``cell`` (exclusive) in ``direction`` that holds no agent."""
-    nxt = _shift(cell, direction)
-    while world.inside(nxt) and world.agent_at[nxt] >= 0:
-        nxt = _shift(nxt, direction)
-    return nxt
-
-
 def is_aligned(world: World, agent: int, block: int, face: str) -> bool:
     """Agent stands in an unbroken line of agents that ends on a cell of alive ``block``
     when walked in the face's push direction (the agent-chain rule with everyone pushing)."""
-    if not world.block_alive[block]:
-        return False
-    end = chain_end(world, world.agent_cell(agent), FACE_PUSH_DIRECTION[face])
-    return world.inside(end) and world.block_at[end] == block
+    return bool(world.alignment[FACE_IDS[face], agent] == block)
 
 
 def aligned_face(world: World, agent: int, block: int) -> Optional[str]:
     """The face of ``block`` the agent is aligned with, or None (at most one exists)."""
-    for face in FACES:
+    for face in FACE_NAMES:
         if is_aligned(world, agent, block, face):
             return face
     return None
@@ -108,14 +86,15 @@ def aligned_face(world: World, agent: int, block: int) -> Optional[str]:
 
 def queue_targets(world: World, agent: int, block: int, face: str) -> List[Cell]:
     """Tails of the queues behind each face cell, as seen by ``agent`` (targets of move_to_block)."""
-    back = {UP: DOWN, DOWN: UP, LEFT: RIGHT, RIGHT: LEFT}[FACE_PUSH_DIRECTION[face]]
-    targets = []
-    for cell in face_cells(world, block, face):
-        while world.inside(cell) and world.agent_at[cell] >= 0 and world.agent_at[cell] != agent:
-            cell = _shift(cell, back)
-        if world.inside(cell) and world.block_at[cell] < 0:
-            targets.append(cell)
-    return targets
+    key = (block, FACE_IDS[face])
+    if key not in world._queues:
+        # every agent's at once: agents heading for one face share a single evaluation
+        weight = int(world.block_weight[block])
+        tails, targets = queue_tails(np.arange(len(world.agent_pos)), world.block_pos[block], weight, key[1],
+                                     world.agent_at, world.block_at, lines=weight)
+        world._queues[key] = (tails.tolist(), targets.tolist())
+    tails, targets = world._queues[key]
+    return [tuple(cell) for cell, target in zip(tails[agent], targets[agent]) if target]
 
 
 def free_cells(world: World, obstacle_agents: Optional[Sequence[int]] = None) -> np.ndarray:
@@ -186,7 +165,7 @@ def descend(dist: np.ndarray, cell: Cell) -> int:
         return STAY
     k = dist.shape[0]
     for action in STEP_ORDER:
-        nr, nc = _shift(cell, action)
+        nr, nc = cell[0] + ACTION_DELTAS[action][0], cell[1] + ACTION_DELTAS[action][1]
         if 0 <= nr < k and 0 <= nc < k and dist[nr, nc] == d - 1:
             return action
     raise AssertionError(f"no descending neighbour from {cell} at distance {d}")
