@@ -35,15 +35,14 @@ import numpy as np
 
 from cube_jax.agents.base import Agent, Decision, DecisionContext, Plan, Purpose, Reason
 from cube_jax.symbolic.actions import SymbolicAction, make_action
-from cube_jax.symbolic.observation import distance_to_goal
 from cube_jax.symbolic.pathing import World, path_step
+from cube_jax.symbolic.vocabulary import goal_distance
 from cube_jax.core.types import ACTION_NAMES
 
 
 def goal_distances(world: World) -> np.ndarray:
     """int64[B]: right pushes each alive block still needs (a large value for delivered ones)."""
-    k = world.grid_size
-    dist = k - 1 - (world.block_pos[:, 1] + world.block_weight - 1)
+    dist = goal_distance(world.grid_size, world.block_pos[:, 1].astype(np.int64), world.block_weight)
     return np.where(world.block_alive, dist, np.iinfo(np.int32).max)
 
 
@@ -56,7 +55,7 @@ def blocks_by_priority(world: World) -> List[int]:
 def deliver_plan(world: World, block: int, timeout: int) -> List[SymbolicAction]:
     """Line up on the left face, meet the others there, push right until delivered."""
     w = int(world.block_weight[block])
-    pushes = distance_to_goal(world.grid_size, int(world.block_pos[block, 1]), w) + 1
+    pushes = int(goal_distance(world.grid_size, int(world.block_pos[block, 1]), w)) + 1
     return [
         make_action("move_to_block", block, "left"),
         make_action("rendezvous", block, "left", w, timeout),

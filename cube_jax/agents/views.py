@@ -28,7 +28,7 @@ import numpy as np
 
 from cube_jax.core.types import ACTION_DELTAS
 from cube_jax.symbolic.actions import FACE_PUSH_DIRECTION, FACES
-from cube_jax.symbolic.observation import distance_to_goal
+from cube_jax.symbolic.vocabulary import goal_distance
 from cube_jax.symbolic.pathing import World
 
 
@@ -53,15 +53,6 @@ class BlockView:
     faces: Dict[str, FaceView]  # empty for a delivered block
 
 
-def _pointer_ends(nxt: np.ndarray) -> np.ndarray:
-    """int[N]: following ``nxt`` (the agent right ahead, or -1) from each agent, the last one."""
-    n = nxt.shape[0]
-    jump = np.where(nxt >= 0, nxt, np.arange(n))
-    for _ in range(max(0, n - 1).bit_length()):
-        jump = jump[jump]
-    return jump
-
-
 class WorldView:
     """Symbolic facts about one (unbatched) state, computed lazily and cached."""
 
@@ -80,21 +71,8 @@ class WorldView:
     @functools.cached_property
     def alignment(self) -> np.ndarray:
         """int[4, N]: ``[f, i]`` = the alive block agent i is aligned with on face f (FACES order), -1 if none."""
-        w = self.world
-        k = w.grid_size
-        pos = w.agent_pos.astype(np.int64)
-        out = np.full((len(FACES), pos.shape[0]), -1, np.int64)
-        for f, face in enumerate(FACES):
-            dr, dc = ACTION_DELTAS[FACE_PUSH_DIRECTION[face]]
-            ahead = pos + (dr, dc)
-            inside = (ahead >= 0).all(1) & (ahead < k).all(1)
-            safe = np.clip(ahead, 0, k - 1)
-            nxt = np.where(inside, w.agent_at[safe[:, 0], safe[:, 1]], -1)
-            end = pos[_pointer_ends(nxt)] + (dr, dc)
-            end_inside = (end >= 0).all(1) & (end < k).all(1)
-            end_safe = np.clip(end, 0, k - 1)
-            out[f] = np.where(end_inside, w.block_at[end_safe[:, 0], end_safe[:, 1]], -1)
-        return out
+        align = self.world.alignment.astype(np.int64)  # the shared rule (vocabulary.chain_ends); B when none
+        return np.where(align >= self.world.block_weight.shape[0], -1, align)
 
     @functools.cached_property
     def _chain_weights(self) -> np.ndarray:
@@ -157,7 +135,7 @@ class WorldView:
                     required = int(chain[f, j])
                     faces[face] = FaceView(face, aligned, required, max(required - len(aligned), 0),
                                            self._face_blocked(j, face))
-            views.append(BlockView(j, wt, (r, c), alive, distance_to_goal(k, c, wt) if alive else 0, faces))
+            views.append(BlockView(j, wt, (r, c), alive, int(goal_distance(k, c, wt)) if alive else 0, faces))
         return views
 
     def aligned_face(self, agent: int, block: int) -> Optional[str]:

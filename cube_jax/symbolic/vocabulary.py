@@ -363,19 +363,20 @@ def chain_ends(agent_pos, agents_at, blocks_at, step, num_blocks: int):
 
     From each agent, walk through the consecutive cells holding agents; the first cell
     without one must be a cell of an alive block (DYNAMICS.md push rule 2, with every
-    agent pushing). A line holds at most N agents, so N cells ahead are enough.
-    ``agents_at`` / ``blocks_at`` are the grids of :func:`agent_grid` / :func:`block_grid`;
-    leading axes of ``step`` (several directions at once) lead the result.
+    agent pushing). Each agent points at the agent right ahead of it (or at itself at the
+    end of its line); ``ceil(log2 N)`` rounds of pointer jumping reach every line's last
+    agent, so the cost grows as N log N, not N^2. ``agents_at`` / ``blocks_at`` are the
+    grids of :func:`agent_grid` / :func:`block_grid`; leading axes of ``step`` (several
+    directions at once) lead the result.
     """
     xp = _namespace(agent_pos, agents_at, blocks_at, step)
     n = agent_pos.shape[0]
     step = xp.asarray(step)[..., None, :]  # [..., 1, 2] against the agent axis
-    ahead = xp.arange(1, n + 1, dtype=xp.int32)[:, None, None]  # distances looked at, [N, 1, 1]
-    cells = agent_pos + ahead * step[..., None, :, :]  # int[..., N ahead, N agents, 2]
-    holds_agent = grid_lookup(agents_at, cells) >= 0  # bool[..., N, N]
-    run = xp.cumprod(holds_agent, axis=-2).sum(-2)  # agents directly ahead, in an unbroken line
-    end = agent_pos + (run[..., None] + 1) * step
-    block = grid_lookup(blocks_at, end)
+    ahead = grid_lookup(agents_at, agent_pos + step)  # int[..., N]: the agent right ahead, -1 if none
+    last = xp.where(ahead >= 0, ahead, xp.arange(n, dtype=ahead.dtype))
+    for _ in range(max(0, n - 1).bit_length()):
+        last = xp.take_along_axis(last, last, axis=-1)
+    block = grid_lookup(blocks_at, agent_pos[last] + step)
     return xp.where(block >= 0, block, num_blocks).astype(xp.int32)
 
 
