@@ -1,0 +1,151 @@
+"""``cube-jax llm`` end to end: the real CLI, the real client, a loopback fake server.
+
+Every run writes traces, metrics.json, timelines and run.json into its --out folder; the
+runs here use the small worlds (easy, hard) and the sound-plan model.
+"""
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from cube_jax import cli
+from cube_jax.evaluation import read_trace, validate_trace
+from tests.fake_openai import FakeOpenAI, closed_port_url
+from tests.sound_model import responder
+
+KEY = "sk-cli-secret-7731"
+
+
+def llm(argv, capsys):
+    code = cli.main(["llm", *argv])
+    return code, capsys.readouterr()
+
+
+def outputs(folder, episodes):
+    traces = sorted(folder.glob("episode-*.jsonl"))
+    assert len(traces) == episodes
+    for path in traces:
+        assert validate_trace(path) is None, validate_trace(path)
+    metrics = json.loads((folder / "metrics.json").read_text())
+    assert len(metrics["episodes"]) == episodes
+    return traces, metrics
+
+
+@pytest.mark.parametrize("topology", ["individual", "debate", "centralized", "decentralized"])
+def test_every_topology_runs_end_to_end(tmp_path, capsys, topology):
+    out = tmp_path / topology
+    with FakeOpenAI(responder=responder) as server:
+        code, captured = llm(["--scenario", "easy", "--topology", topology, "--model", "fake-model", "--base-url",
+                              server.url, "--api-key", KEY, "--episodes", "2", "--seed", "3", "--concurrency", "2",
+                              "--out", str(out), "--no-progress"], capsys)
+    assert code == 0
+    traces, metrics = outputs(out, 2)
+    assert [t.name for t in traces] == ["episode-000003.jsonl", "episode-000004.jsonl"]
+    assert sorted(p.name for p in out.glob("*.png")) == ["episode-000003.png", "episode-000004.png"]
+    assert all(e["success"] for e in metrics["episodes"]) and metrics["aggregate"]["blocks_delivered"]["mean"] == 3
+    assert metrics["aggregate"]["llm_calls"]["mean"] > 0
+    assert read_trace(traces[0])[0]["topology"] == topology
+    assert "2 episodes: success 2/2" in captured.out
+    run = json.loads((out / "run.json").read_text())
+    assert run["topology"] == topology and run["model"] == "fake-model"
+    # the key reached the server and nothing on disk
+    for path in out.rglob("*"):
+        if path.is_file():
+            assert KEY.encode() not in path.read_bytes(), path
+
+
+def test_a_mixed_team_with_per_agent_models(tmp_path, capsys):
+    out = tmp_path / "mixed"
+    with FakeOpenAI(responder=responder) as server:
+        code, _ = llm(["--scenario", "hard", "--team", "llm:model-a,heuristic,llm:model-b", "--base-url", server.url,
+                       "--episodes", "1", "--out", str(out), "--no-progress", "--no-timelines"], capsys)
+        requested = {r.body["model"] for r in server.completions}
+    assert code == 0
+    traces, metrics = outputs(out, 1)
+    agents = read_trace(traces[0])[0]["agents"]
+    assert agents == {"agent_0": {"kind": "llm", "model": "model-a"}, "agent_1": {"kind": "heuristic", "model": None},
+                      "agent_2": {"kind": "llm", "model": "model-b"}}
+    assert requested == {"model-a", "model-b"} and metrics["episodes"][0]["success"]
+
+
+def test_a_dead_server_never_stops_the_run(tmp_path, capsys):
+    out = tmp_path / "dead"
+    code, captured = llm(["--scenario", "easy", "--model", "m", "--base-url", closed_port_url(), "--retries", "0",
+                          "--timeout", "2", "--episodes", "2", "--out", str(out), "--no-progress"], capsys)
+    assert code == 0
+    traces, metrics = outputs(out, 2)
+    for episode in metrics["episodes"]:
+        assert not episode["success"] and episode["fallbacks"] >= 1 and episode["invalid_reply_rate"] == 1.0
+    end = read_trace(traces[0])[-1]
+    assert end["truncated"] and end["reason"].startswith("model server failing")
+    assert "model server failing" in captured.out
+
+
+def test_record_then_replay_gives_the_same_traces(tmp_path, capsys):
+    recorded, replayed = tmp_path / "recorded", tmp_path / "replayed"
+    with FakeOpenAI(responder=responder) as server:
+        code, _ = llm(["--scenario", "hard", "--topology", "decentralized", "--model", "fake-model", "--base-url",
+                       server.url, "--api-key", KEY, "--episodes", "2", "--concurrency", "2", "--record", "--out",
+                       str(recorded), "--no-progress", "--no-timelines"], capsys)
+    assert code == 0 and (recorded / "exchanges").is_dir()
+    # no server at all now
+    code, _ = llm(["--replay", str(recorded), "--out", str(replayed), "--no-progress", "--no-timelines"], capsys)
+    assert code == 0
+    for a, b in zip(sorted(recorded.glob("episode-*.jsonl")), sorted(replayed.glob("episode-*.jsonl"))):
+        strip = lambda records: [{k: v for k, v in r.items() if k != "wall"} for r in records]  # noqa: E731
+        assert strip(read_trace(a)) == strip(read_trace(b))
+    assert KEY.encode() not in b"".join(p.read_bytes() for p in (recorded / "exchanges").iterdir())
+
+
+@pytest.mark.parametrize(
+    "argv, argument, reason",
+    [
+        (["--scenario", "easy", "--base-url", "http://127.0.0.1:9/v1", "--out", "OUT"], "--model", "name the model"),
+        (["--scenario", "easy", "--model", "m", "--out", "OUT"], "--base-url", "give the server's base URL"),
+        (["--model", "m", "--base-url", "http://x/v1", "--out", "OUT"], "--n/--scenario", "give the world"),
+        (["--scenario", "easy", "--model", "m", "--base-url", "http://x/v1"], "--out", "a run folder is required"),
+        (["--scenario", "easy", "--team", "llm,robot", "--model", "m", "--base-url", "http://x/v1", "--out", "OUT"],
+         "--team", "unknown kind 'robot'"),
+        (["--scenario", "easy", "--topology", "star", "--out", "OUT"], "--topology", "invalid choice"),
+        (["--scenario", "easy", "--budget", "2", "--model", "m", "--base-url", "http://x/v1", "--out", "OUT"],
+         "--budget", "only the decentralized topology"),
+        (["--replay", "NOWHERE", "--out", "OUT"], "--replay", "no run.json"),
+        (["--scenario", "easy", "--model", "m", "--base-url", "http://x/v1", "--seed", "4294967295", "--episodes", "2",
+          "--out", "OUT"], "--seed", "episode seeds run from"),
+    ],
+)
+def test_bad_arguments_name_the_argument(argv, argument, reason, capsys, tmp_path, monkeypatch):
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    argv = [str(tmp_path / a) if a in ("OUT", "NOWHERE") else a for a in argv]
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["llm", *argv])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert f"argument {argument}" in err and reason in err, err
+
+
+def test_the_base_url_may_come_from_the_environment(tmp_path, capsys, monkeypatch):
+    with FakeOpenAI(responder=responder) as server:
+        monkeypatch.setenv("OPENAI_BASE_URL", server.url)
+        monkeypatch.setenv("OPENAI_API_KEY", KEY)
+        code, _ = llm(["--scenario", "easy", "--model", "fake-model", "--episodes", "1", "--out", str(tmp_path / "o"),
+                       "--no-progress", "--no-timelines"], capsys)
+        assert code == 0 and server.completions
+        assert all(r.headers["authorization"] == f"Bearer {KEY}" for r in server.completions)
+    assert KEY not in (tmp_path / "o" / "run.json").read_text()
+
+
+def test_prompt_templates_can_be_copied_and_used(tmp_path, capsys):
+    folder = tmp_path / "prompts"
+    code, captured = llm(["--write-prompts", str(folder)], capsys)
+    assert code == 0 and sorted(os.listdir(folder)) == ["system.j2", "user.j2"]
+    (folder / "system.j2").write_text((folder / "system.j2").read_text().replace("CUBE, a cooperative", "CUBE (edited), a cooperative"))
+    with FakeOpenAI(responder=responder) as server:
+        code, _ = llm(["--scenario", "easy", "--model", "m", "--base-url", server.url, "--episodes", "1", "--prompts",
+                       str(folder), "--out", str(tmp_path / "run"), "--no-progress", "--no-timelines"], capsys)
+        assert "CUBE (edited), a cooperative" in server.completions[0].body["messages"][0]["content"]
+    assert code == 0
+    with pytest.raises(SystemExit):
+        cli.main(["llm", "--write-prompts", str(folder)])  # refuses to overwrite
