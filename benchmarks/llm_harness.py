@@ -63,6 +63,8 @@ class TimedAgent(LLMAgent):
 def bench_overhead(n: int, steps: int) -> dict:
     env = cube_jax.make(n=n)
     model = SoundModel()
+    # a first episode compiles the world's step and the templates; the second is timed
+    asyncio.run(Episode(env, [LLMAgent(SoundModel()) for _ in range(n)], seed=1, limits=Limits(max_steps=2)).run())
     agents = [TimedAgent(model) for _ in range(n)]
     episode = Episode(env, agents, seed=0, limits=Limits(max_steps=steps))
     commit_seconds = []
@@ -91,6 +93,7 @@ def bench_overhead(n: int, steps: int) -> dict:
         "grid": env.grid_size,
         "blocks": env.num_blocks,
         "decisions": len(decide),
+        "model_calls": model.calls,
         "decision_ms_mean": 1e3 * statistics.mean(per_decision),
         "decision_ms_p95": 1e3 * float(np.percentile(per_decision, 95)),
         "prompt_chars_mean": statistics.mean(len(a.last_prompt[1]["content"]) for a in agents if a.last_prompt),
@@ -196,7 +199,7 @@ def main(argv=None) -> int:
         print(f"  overhead n={n}: {overhead[-1]['decision_ms_mean']:.2f} ms/decision", flush=True)
     results["overhead"] = overhead
     print(_table("harness time per decision (model time excluded)", overhead,
-                 ["n", "grid", "blocks", "decisions", "decision_ms_mean", "decision_ms_p95", "view_ms_per_step",
+                 ["n", "grid", "blocks", "decisions", "model_calls", "decision_ms_mean", "decision_ms_p95", "view_ms_per_step",
                   "prompt_chars_mean"]))
 
     plan = [(1, 8), (8, 64), (64, 64)] if not args.quick else [(1, 2), (8, 16)]

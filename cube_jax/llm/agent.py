@@ -57,7 +57,8 @@ class LLMAgent(Agent):
             agent=ctx.agent,
             allowed_recipients=frozenset(ctx.topology.allowed_recipients) if ctx.topology.may_send else frozenset(),
             message_budget=ctx.topology.message_budget if ctx.topology.may_send else 0,
-            max_action_steps=max(1000, 4 * ctx.max_steps),  # generous: a long wait is allowed, an absurd one not
+            # generous: a long wait is allowed, an absurd one not
+            max_action_steps=max(1000, 4 * ctx.max_steps, 4 * ctx.views.grid_size),
         )
 
     async def decide(self, ctx: DecisionContext) -> Decision:
