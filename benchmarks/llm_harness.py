@@ -26,6 +26,7 @@ import json
 import os
 import platform
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -42,8 +43,7 @@ from cube_jax.evaluation import Episode, Limits, run_episodes  # noqa: E402
 from cube_jax.evaluation.topologies import TOPOLOGIES  # noqa: E402
 from cube_jax.llm import ModelClient  # noqa: E402
 from cube_jax.llm.agent import LLMAgent  # noqa: E402
-from tests.fake_openai import FakeOpenAI  # noqa: E402
-from tests.sound_model import SoundModel, responder  # noqa: E402
+from tests.sound_model import SoundModel  # noqa: E402
 
 
 class TimedAgent(LLMAgent):
@@ -111,13 +111,32 @@ async def _episodes_at(env, url: str, episodes: int, concurrency: int) -> list:
     return results
 
 
+# The fake server runs in a process of its own, as a real server would: its threads must
+# not compete with the harness for this process's interpreter lock.
+SERVER = """
+import sys
+sys.path.insert(0, sys.argv[2])
+from tests.fake_openai import FakeOpenAI
+from tests.sound_model import responder
+with FakeOpenAI(responder=responder, latency=float(sys.argv[1])) as server:
+    print(server.url, flush=True)
+    sys.stdin.read()
+    print(server.max_in_flight, flush=True)
+"""
+
+
 def bench_throughput(concurrency: int, episodes: int, latency: float) -> dict:
     env = cube_jax.make("hard")
-    with FakeOpenAI(responder=responder, latency=latency) as server:
+    server = subprocess.Popen([sys.executable, "-c", SERVER, str(latency), str(ROOT)], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        url = server.stdout.readline().strip()
         t0 = time.perf_counter()
-        results = asyncio.run(_episodes_at(env, server.url, episodes, concurrency))
+        results = asyncio.run(_episodes_at(env, url, episodes, concurrency))
         wall = time.perf_counter() - t0
-        in_flight = server.max_in_flight
+    finally:
+        out, _ = server.communicate("", timeout=60)
+    in_flight = int(out.strip() or 0)
     return {
         "concurrency": concurrency,
         "episodes": episodes,

@@ -192,6 +192,7 @@ class DecisionContext:
     history: Tuple[Any, ...]  # the agent's recent executor history records (oldest first)
     validate: Callable[["Decision"], Optional[PlanError]]
     rng: Any = None  # a numpy Generator seeded from the episode seed and the agent
+    step_cost: float = 0.01  # the world's cost per step and agent
 
 
 class Agent(abc.ABC):

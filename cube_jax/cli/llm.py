@@ -260,7 +260,7 @@ def run(parser: argparse.ArgumentParser, args) -> int:
         from cube_jax.llm.prompts import PromptBook
 
         try:
-            prompts = PromptBook(args.prompts, step_cost=env.cfg.step_cost)
+            prompts = PromptBook(args.prompts) if args.prompts is not None else PromptBook.default()
         except ValueError as err:
             parser.error(f"argument --prompts: {err}")
     settings = _settings(args)

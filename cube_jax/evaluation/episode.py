@@ -314,7 +314,7 @@ class Episode:
             views=self.view, num_agents=len(self.slots), max_steps=self.max_steps, progress=progress, inbox=inbox,
             feedback=feedback, topology=view, history=tuple(slot.history),
             validate=lambda decision, _i=slot.index, _p=purpose, _v=view: self.check_decision(_i, _p, _v, decision),
-            rng=np.random.default_rng([self.seed, slot.index, self.t]),
+            rng=np.random.default_rng([self.seed, slot.index, self.t]), step_cost=self.env.cfg.step_cost,
         )
 
     async def decide(self, agent: int, purpose: Purpose, view: TopologyView) -> Decision:

@@ -42,7 +42,7 @@ class LLMAgent(Agent):
             raise ValueError(f"LLMAgent: max_repairs must be >= 0, got {max_repairs!r}")
         self.client = client
         self.model = client.model
-        self.prompts = prompts or PromptBook()
+        self.prompts = prompts or PromptBook.default()
         self.max_repairs = max_repairs
         self.decisions: Deque[Dict[str, Any]] = collections.deque(maxlen=8)
         self.last_prompt = None  # the messages of the latest request (for inspection and docs)

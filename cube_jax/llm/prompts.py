@@ -62,11 +62,11 @@ class PromptBook:
     """Renders the system and user prompts of a decision from the templates.
 
     ``directory``: a folder whose ``system.j2`` / ``user.j2`` override the defaults.
-    ``step_cost`` is shown in the rules. Rendering is strict: a template that names a
-    variable the book does not provide fails loudly.
+    Rendering is strict: a template that names a variable the book does not provide fails
+    loudly.
     """
 
-    def __init__(self, directory: Union[None, str, os.PathLike] = None, step_cost: float = 0.01):
+    def __init__(self, directory: Union[None, str, os.PathLike] = None):
         search = [str(TEMPLATE_DIR)]
         if directory is not None:
             directory = Path(directory)
@@ -74,7 +74,6 @@ class PromptBook:
                 raise ValueError(f"prompts: {str(directory)!r} is not a folder of templates")
             search.insert(0, str(directory))
         self.directory = directory
-        self.step_cost = step_cost
         self.env = jinja2.Environment(loader=jinja2.FileSystemLoader(search), undefined=jinja2.StrictUndefined,
                                       autoescape=False, keep_trailing_newline=False, trim_blocks=False)
         try:
@@ -83,6 +82,12 @@ class PromptBook:
         except jinja2.TemplateSyntaxError as err:
             raise ValueError(f"prompts: {err.filename or err.name}, line {err.lineno}: {err.message}") from None
         self._system_cache: Dict[tuple, str] = {}
+
+    @classmethod
+    @functools.lru_cache(maxsize=None)
+    def default(cls) -> "PromptBook":
+        """The book of the default templates, built (and its templates compiled) once."""
+        return cls()
 
     def template_names(self) -> Sequence[str]:
         return TEMPLATES
@@ -95,7 +100,7 @@ class PromptBook:
             "team_size": ctx.num_agents,
             "k": k,
             "max_steps": ctx.max_steps,
-            "step_cost": self.step_cost,
+            "step_cost": ctx.step_cost,
             "actions": action_signatures(),
             "topology": ctx.topology.name,
             "role": ctx.topology.role,
@@ -146,7 +151,8 @@ class PromptBook:
     # -- rendering ----------------------------------------------------------------------------
     def render(self, ctx: DecisionContext, decisions: Sequence[Dict[str, Any]] = ()) -> List[Dict[str, str]]:
         """The chat messages ``[system, user]`` for this decision."""
-        key = (ctx.agent, ctx.num_agents, ctx.views.grid_size, ctx.max_steps, ctx.topology.name, ctx.topology.role)
+        key = (ctx.agent, ctx.num_agents, ctx.views.grid_size, ctx.max_steps, ctx.step_cost, ctx.topology.name,
+               ctx.topology.role)
         system = self._system_cache.get(key)
         if system is None:
             system = self._system_cache[key] = self._render(self._system, self.system_variables(ctx))
