@@ -63,14 +63,19 @@ def main() -> int:
     plot_bars(runs, args.out / "planners_bars.png")
     chosen = next((episode["trace"] for episode, run in zip(report.episodes, report.runs)
                    if run["team"] == "team" and run["scenario"] == "hard"), report.episodes[0]["trace"])
-    render_timeline(load_trace(chosen), args.out / "planners_timeline.png")
+    chosen_records = load_trace(chosen)
+    render_timeline(chosen_records, args.out / "planners_timeline.png")
+    header_record = chosen_records[0]
+    kinds = sorted({a["kind"] for a in header_record["agents"].values()})
+    caption = (f"{'/'.join(kinds)} team on {header_record['env']}, seed {header_record['seed']} "
+               f"({chosen_records[-1]['steps']} steps, {chosen_records[-1]['reason']})")
     print(f"wrote {args.out}/planners.md, planners.csv, planners_bars.png, planners_timeline.png (from {chosen})")
     if args.doc is not None:
         figures = Path(os.path.relpath(args.out, args.doc.parent)).as_posix()
         header = (f"{len(report.episodes)} episodes; runs by team and scenario; each cell: mean "
                   "[95% bootstrap interval].\n\n")
         pictures = (f"\n![outcomes and communication]({figures}/planners_bars.png)\n\n"
-                    f"Timeline of `{chosen}`:\n\n![timeline]({figures}/planners_timeline.png)\n")
+                    f"Timeline of one episode: {caption}.\n\n![timeline]({figures}/planners_timeline.png)\n")
         put_into_doc(args.doc, header + markdown_table(runs, METRICS) + pictures)
         print(f"filled the planners table of {args.doc}")
     return 0
