@@ -28,7 +28,7 @@ from cube_jax.analytics.compare import compare_runs, markdown_table, plot_bars, 
 from cube_jax.analytics.metrics import METRICS
 from cube_jax.analytics.report import build_report, default_jobs
 from cube_jax.analytics.timeline import render_timeline
-from cube_jax.analytics.traces import load_trace
+from cube_jax.analytics.traces import load_trace, stratum, team_label
 
 START, END = "<!-- planners table: start -->", "<!-- planners table: end -->"
 
@@ -66,9 +66,8 @@ def main() -> int:
     chosen_records = load_trace(chosen)
     render_timeline(chosen_records, args.out / "planners_timeline.png")
     header_record = chosen_records[0]
-    kinds = sorted({a["kind"] for a in header_record["agents"].values()})
-    caption = (f"{'/'.join(kinds)} team on {header_record['env']}, seed {header_record['seed']} "
-               f"({chosen_records[-1]['steps']} steps, {chosen_records[-1]['reason']})")
+    caption = (f"agents of kind {team_label(header_record)} on {stratum(header_record)}, seed "
+               f"{header_record['seed']} ({chosen_records[-1]['steps']} steps, {chosen_records[-1]['reason']})")
     print(f"wrote {args.out}/planners.md, planners.csv, planners_bars.png, planners_timeline.png (from {chosen})")
     if args.doc is not None:
         figures = Path(os.path.relpath(args.out, args.doc.parent)).as_posix()
