@@ -108,7 +108,13 @@ class Message:
 
 @dataclasses.dataclass(frozen=True)
 class ModelCall:
-    """One model call an agent made while deciding; the fields of a trace ``llm`` record."""
+    """One model call an agent made while deciding: the fields of a trace ``llm`` record
+    besides ``agent``, ``purpose``, ``t`` and ``wall``.
+
+    ``attempts``: HTTP requests it took (retries included); ``latency_s``: its wall time;
+    token counts (0 when unknown or on failure); ``valid``: the reply passed every check;
+    ``fallback``: the agent gave up after this call; ``error``: what was wrong, None when valid.
+    """
 
     model: Optional[str]
     attempts: int
@@ -118,6 +124,9 @@ class ModelCall:
     valid: bool
     fallback: bool
     error: Optional[str] = None
+
+    def to_dict(self) -> Dict[str, Any]:
+        return dataclasses.asdict(self)
 
 
 @dataclasses.dataclass

@@ -71,9 +71,14 @@ class Topology:
         return [j for j in range(self.num_agents) if j != agent]
 
     # -- orchestration ----------------------------------------------------------------------
+    def plan_view(self, agent: int) -> TopologyView:
+        """What an agent planning on its own may do (the default deliberation's view)."""
+        return self.view(agent, Purpose.PLAN)
+
     async def deliberate(self, episode: "Episode", reasoning: Sequence[int]) -> None:
-        """Decisions of the agents in R (ids ascending): each must end with a committed plan."""
-        views = {i: self.view(i, Purpose.PLAN) for i in reasoning}
+        """Decisions of the agents in R (ids ascending): each must end with a committed plan.
+        By default they all plan at once, each with :meth:`plan_view`."""
+        views = {i: self.plan_view(i) for i in reasoning}
         decisions = await episode.decide_many(reasoning, Purpose.PLAN, views)
         for i in reasoning:
             episode.apply(i, Purpose.PLAN, decisions[i])
@@ -137,10 +142,7 @@ class Centralized(Topology):
     async def deliberate(self, episode: "Episode", reasoning: Sequence[int]) -> None:
         followers = self.followers()
         if self.leader not in reasoning or not followers:
-            views = {i: self.view(i, Purpose.PLAN) for i in reasoning}
-            decisions = await episode.decide_many(reasoning, Purpose.PLAN, views)
-            for i in reasoning:
-                episode.apply(i, Purpose.PLAN, decisions[i])
+            await super().deliberate(episode, reasoning)  # followers plan on their own
             return
         directive = self.view(self.leader, Purpose.MESSAGE, recipients=followers, budget=1,
                               instructions="Send ONE directive addressed to all followers (to: all): who does what.")
@@ -173,17 +175,11 @@ class Decentralized(Topology):
     def receive_cap(self) -> Optional[int]:
         return self.num_agents
 
-    def _open_view(self, agent: int, purpose: Purpose) -> TopologyView:
-        return self.view(agent, purpose, recipients=self.others(agent), budget=self.budget)
+    def plan_view(self, agent: int) -> TopologyView:
+        return self.view(agent, Purpose.PLAN, recipients=self.others(agent), budget=self.budget)
 
     def interrupt_view(self, agent: int) -> TopologyView:
-        return self._open_view(agent, Purpose.INTERRUPT)
-
-    async def deliberate(self, episode: "Episode", reasoning: Sequence[int]) -> None:
-        views = {i: self._open_view(i, Purpose.PLAN) for i in reasoning}
-        decisions = await episode.decide_many(reasoning, Purpose.PLAN, views)
-        for i in reasoning:
-            episode.apply(i, Purpose.PLAN, decisions[i])
+        return self.view(agent, Purpose.INTERRUPT, recipients=self.others(agent), budget=self.budget)
 
 
 TOPOLOGIES: Dict[str, Type[Topology]] = {

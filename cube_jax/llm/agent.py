@@ -21,7 +21,7 @@ from typing import Any, Deque, Dict, Optional
 
 import numpy as np
 
-from cube_jax.agents.base import Agent, Decision, DecisionContext, ModelCall, OutgoingMessage, Plan, Purpose, idle_plan
+from cube_jax.agents.base import Agent, Decision, DecisionContext, OutgoingMessage, Plan, Purpose, idle_plan
 from cube_jax.llm.ask import ask
 from cube_jax.llm.client import ChatModel
 from cube_jax.llm.prompts import PromptBook
@@ -66,7 +66,7 @@ class LLMAgent(Agent):
         self.last_prompt = messages
         outcome = await ask(self.client, messages, ctx.purpose.value, self.reply_context(ctx),
                             max_repairs=self.max_repairs)
-        calls = tuple(ModelCall(**c.to_dict()) for c in outcome.calls)
+        calls = outcome.calls
         if outcome.fallback:
             server_error = outcome.error if outcome.model_failed else None
             if ctx.purpose == Purpose.MESSAGE:

@@ -21,6 +21,7 @@ import dataclasses
 import logging
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
+from cube_jax.agents.base import ModelCall
 from cube_jax.llm.client import ChatModel, Completion, ModelError
 from cube_jax.llm.replies import Reply, ReplyContext, error_feedback, parse_reply, reply_schema
 from cube_jax.symbolic.actions import PlanError
@@ -31,27 +32,8 @@ log = logging.getLogger(__name__)
 ECHO_CHARS = 4000
 
 
-@dataclasses.dataclass(frozen=True)
-class CallRecord:
-    """One model call, as a trace ``llm`` record needs it.
-
-    ``model``: the model asked; ``attempts``: HTTP requests it took (retries included);
-    ``latency_s``: its wall time; token counts (0 when unknown or on failure); ``valid``:
-    the reply passed every check; ``fallback``: the loop gave up after this call;
-    ``error``: the problem with this call, None when valid.
-    """
-
-    model: str
-    attempts: int
-    latency_s: float
-    prompt_tokens: int
-    completion_tokens: int
-    valid: bool
-    fallback: bool
-    error: Optional[str]
-
-    def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+# One model call, as a trace ``llm`` record needs it (the agents' record of a model call).
+CallRecord = ModelCall
 
 
 @dataclasses.dataclass(frozen=True)
