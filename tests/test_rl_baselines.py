@@ -301,3 +301,28 @@ def test_before_a_checkpoint_the_stall_message_says_to_start_again(tmp_path):
                          build("ippo", overrides=["train.stall_seconds=5"]), tmp_path)
     assert "python baselines/ippo.py <the same arguments>   (no checkpoint was saved yet)" in text
     assert "train.stall_seconds=5" in text
+
+
+@pytest.mark.slow
+def test_a_checkpoint_joins_mixed_teams(ippo_run, tmp_path, capsys):
+    from cube_jax import cli
+    from cube_jax.evaluation import read_trace
+    from tests.fake_openai import FakeOpenAI
+    from tests.sound_model import responder
+
+    checkpoint = str(ippo_run / "checkpoint")
+    # batched: the paper's heuristic beside the trained policy
+    out = tmp_path / "mixed.json"
+    assert cli.main(["eval", "--team", f"heuristic,policy:{checkpoint}", "--scenario", "easy", "--episodes", "2",
+                     "--no-progress", "--json", str(out)]) == 0
+    result = json.loads(out.read_text())
+    assert result["loop"] == "batched" and result["team"] == ["heuristic", f"policy:{checkpoint}"]
+    # on the CPU loop beside a language agent
+    with FakeOpenAI(responder=responder) as server:
+        assert cli.main(["llm", "--scenario", "easy", "--team", f"llm,policy:{checkpoint}", "--model", "fake-model",
+                         "--base-url", server.url, "--episodes", "1", "--out", str(tmp_path / "llm"), "--no-progress",
+                         "--no-timelines"]) == 0
+    records = read_trace(tmp_path / "llm" / "episode-000000.jsonl")
+    assert [a["kind"] for a in records[0]["agents"].values()] == ["llm", "policy"]
+    assert all(r["symbolic"]["agent_1"] is None for r in records if r["type"] == "step")
+    capsys.readouterr()
