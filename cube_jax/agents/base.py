@@ -29,9 +29,11 @@ from __future__ import annotations
 import abc
 import dataclasses
 import enum
+import functools
 from typing import Any, Callable, Dict, List, Optional, Protocol, Sequence, Tuple
 
 import jax
+import numpy as np
 
 from cube_jax.core.types import State
 from cube_jax.symbolic.actions import PlanError, SymbolicAction, plan_to_text
@@ -200,8 +202,14 @@ class DecisionContext:
     topology: TopologyView
     history: Tuple[Any, ...]  # the agent's recent executor history records (oldest first)
     validate: Callable[["Decision"], Optional[PlanError]]
-    rng: Any = None  # a numpy Generator seeded from the episode seed and the agent
+    seed: int = 0  # the episode's seed
     step_cost: float = 0.01  # the world's cost per step and agent
+
+    @functools.cached_property
+    def rng(self) -> np.random.Generator:
+        """A NumPy generator for this decision, seeded from the episode seed, the agent and
+        the step (so a random agent repeats its choices when the episode is replayed)."""
+        return np.random.default_rng([self.seed, self.agent, self.t])
 
 
 class Agent(abc.ABC):

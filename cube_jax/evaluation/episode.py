@@ -129,7 +129,8 @@ class EpisodeResult:
 
 
 class EpisodeEnded(Exception):
-    """Raised inside the loop to end the episode as truncated with ``reason``."""
+    """Ends the episode as truncated with ``reason``: raised by the loop at a limit, and by an
+    agent's ``decide`` that cannot go on (a person who closed the page, say)."""
 
     def __init__(self, reason: str):
         super().__init__(reason)
@@ -211,20 +212,16 @@ class Episode:
         self._server_failures = 0
         self._episode_return = 0.0
         self._start = 0.0
-        self._delivered_weight = 0
 
     # -- the loop -----------------------------------------------------------------------------
     async def run(self) -> EpisodeResult:
         self._start = time.perf_counter()
         target = self._trace_target
         self.trace = target if isinstance(target, TraceWriter) else (TraceWriter(target) if target is not None else None)
-        try:
-            if self.trace is not None:
-                with self.trace:
-                    return await self._play()
+        if self.trace is None:
             return await self._play()
-        except EpisodeEnded as ended:  # pragma: no cover - _play converts these itself
-            raise RuntimeError(f"episode ended outside the loop: {ended.reason}")
+        with self.trace:  # an exception or a cancellation still ends the trace with its reason
+            return await self._play()
 
     async def _play(self) -> EpisodeResult:
         n = self.env.num_agents
@@ -314,7 +311,7 @@ class Episode:
             views=self.view, num_agents=len(self.slots), max_steps=self.max_steps, progress=progress, inbox=inbox,
             feedback=feedback, topology=view, history=tuple(slot.history),
             validate=lambda decision, _i=slot.index, _p=purpose, _v=view: self.check_decision(_i, _p, _v, decision),
-            rng=np.random.default_rng([self.seed, slot.index, self.t]), step_cost=self.env.cfg.step_cost,
+            seed=self.seed, step_cost=self.env.cfg.step_cost,
         )
 
     async def decide(self, agent: int, purpose: Purpose, view: TopologyView) -> Decision:
@@ -484,7 +481,6 @@ class Episode:
         reward = [float(str(x)) for x in np.asarray(ts.reward, np.float32)]  # float32 values, shortest text
         self._episode_return += reward[0]
         delivered = [int(j) for j in np.flatnonzero(np.asarray(ts.extras["block_delivered"]))]
-        self._delivered_weight += int(ts.extras["delivered_weight"])
         lay = layout(self.state)
         self._write(
             "step",
@@ -522,7 +518,7 @@ class Episode:
                 slot.reason = Reason.ENDED
                 self._set_stage(slot, Stage.REASONING)
         for slot in self.slots:
-            if slot.stage != Stage.EXECUTING or slot.agent.acts_with_primitives:
+            if slot.stage != Stage.EXECUTING or slot.agent.acts_with_primitives or not _may_drop_plans(slot.agent):
                 continue
             ctx = self._context(slot, Purpose.PLAN, self.topology.view(slot.index, Purpose.PLAN), consume=False)
             if slot.agent.wants_replan(ctx):
@@ -586,6 +582,11 @@ class Episode:
         plan = slot.plan
         self._write("plan", agent=slot.name, plan_id=slot.plan_id, spec=plan.spec, actions=plan.text_actions,
                     event=event, **extra)
+
+
+def _may_drop_plans(agent: Agent) -> bool:
+    """Whether the agent's class overrides :meth:`Agent.wants_replan` (only those are asked)."""
+    return type(agent).wants_replan is not Agent.wants_replan
 
 
 def _checked_primitive(slot: _Slot, value) -> int:
