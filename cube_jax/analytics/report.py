@@ -114,12 +114,14 @@ def _measure_or_fail(item) -> tuple:
 
 def measure_traces(paths: Sequence[PathLike], jobs: int = 1, validate: bool = False) -> tuple:
     """(measured episodes, failures) for ``paths``, in their order; ``jobs`` > 1 measures
-    in that many processes (forked where the platform allows)."""
+    in that many processes (started from a fork server where the platform has one)."""
     items = [(Path(p), validate) for p in paths]
     jobs = max(1, min(jobs, len(items)))
     if jobs > 1 and len(items) >= _POOL_THRESHOLD:
+        # Not "fork": this process has JAX (multithreaded) loaded, and a forked child can
+        # deadlock on a lock one of its threads held. A fork server starts clean once.
         methods = multiprocessing.get_all_start_methods()
-        context = multiprocessing.get_context("fork" if "fork" in methods else None)
+        context = multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
         with concurrent.futures.ProcessPoolExecutor(jobs, mp_context=context) as pool:
             outcomes = list(pool.map(_measure_or_fail, items, chunksize=max(1, len(items) // (8 * jobs))))
     else:
