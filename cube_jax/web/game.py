@@ -28,7 +28,6 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Set
 
-import numpy as np
 
 from cube_jax.core.env import CubeEnv, layout
 from cube_jax.evaluation.episode import Episode, EpisodeEnded, EpisodeResult, Limits
@@ -506,14 +505,4 @@ class Hub(TurnListener):
         self.broadcast({"type": "turn_closed", "agent": agent.name})
 
 
-def positions(records: Sequence[dict]) -> Optional[List[List[int]]]:
-    """The agents' positions after the last step of ``records`` (the layout before any)."""
-    for record in reversed(records):
-        if record["type"] == "step":
-            return [list(p) for p in record["agents"]]
-    if records and records[0]["type"] == "episode":
-        return [list(p) for p in records[0]["layout"]["agents"]]
-    return None
-
-
-__all__ = ["Client", "Game", "Hub", "Pacer", "Settings", "positions"]
+__all__ = ["Client", "Game", "Hub", "Pacer", "Settings"]

@@ -586,8 +586,9 @@
         p.plan.actions.slice(0, 12).forEach((text, j) => {
           const item = document.createElement("li");
           item.textContent = text;
-          if (j === p.index && p.current) item.className = "current";
-          else if (j < p.index) item.className = "done";
+          const over = p.event && p.event !== "committed" && p.event !== "resumed";
+          if (j === p.index && p.current && !over) item.className = "current";
+          else if (j < p.index || (over && j <= p.index)) item.className = "done";
           list.appendChild(item);
         });
         card.appendChild(list);
