@@ -223,3 +223,38 @@ def test_balance_of_several_episodes_has_a_bootstrap_interval():
     assert summary["episodes"] == 4 and summary["mean"] == pytest.approx(0.25)
     assert 0.1 <= summary["ci_low"] < 0.25 < summary["ci_high"] <= 0.4
     assert np.isfinite([summary["ci_low"], summary["ci_high"]]).all()
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(0, 2**32 - 1))
+def test_pushes_follow_the_shared_chain_rule_on_random_worlds(seed):
+    """step_pushes agrees with the symbolic layer's chain search (vocabulary.chain_ends)."""
+    from cube_jax.core.types import ACTION_DELTAS
+    from cube_jax.symbolic.vocabulary import agent_grid, block_grid, chain_ends
+
+    rng = np.random.default_rng(seed)
+    k = int(rng.integers(4, 10))
+    taken = np.zeros((k, k), bool)
+    blocks = []
+    for _ in range(int(rng.integers(0, 4))):
+        w = int(rng.integers(1, 3))
+        r, c = int(rng.integers(0, k - w + 1)), int(rng.integers(0, k - w))
+        if not taken[r:r + w, c:c + w].any():
+            taken[r:r + w, c:c + w] = True
+            blocks.append([r, c, w, bool(rng.random() < 0.85)])
+    free = np.argwhere(~taken)
+    n = int(rng.integers(1, min(8, len(free)) + 1))
+    agents = [[int(r), int(c)] for r, c in free[rng.choice(len(free), n, replace=False)]]
+    actions = [int(a) for a in rng.integers(0, 5, n)]
+    pos = np.asarray(agents, np.int64)
+    rows = np.asarray(blocks, np.int64).reshape(-1, 4)
+    alive = np.asarray([b[3] for b in blocks], bool)
+    agents_at, blocks_at = agent_grid(pos, k), block_grid(rows[:, :2], rows[:, 2], alive, k)
+    expected = []
+    for i, a in enumerate(actions):
+        if a == 0:
+            expected.append(-1)
+            continue
+        end = int(chain_ends(pos, agents_at, blocks_at, np.asarray(ACTION_DELTAS[a]), len(blocks))[i])
+        expected.append(end if end < len(blocks) else -1)
+    assert step_pushes(agents, blocks, actions) == expected

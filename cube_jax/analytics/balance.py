@@ -69,8 +69,6 @@ import numpy as np
 
 from cube_jax.analytics.intervals import CONFIDENCE, RESAMPLES, bootstrap_ci
 from cube_jax.analytics.records import RecordError
-from cube_jax.core.types import ACTION_DELTAS
-from cube_jax.symbolic.vocabulary import agent_grid, block_grid, chain_ends
 
 BALANCE_METRICS = ("workload_balance", "workload_balance_kinds")
 # The per-episode keys ``cube-jax report`` adds beside the metrics of LLM.md section 6.
@@ -109,43 +107,64 @@ def workload_balance(work: Sequence[float], optimal: Optional[Sequence[float]] =
 # --- pushes from the records -------------------------------------------------------------------
 
 
-def _cells(value: Any, what: str, line: int) -> np.ndarray:
-    cells = np.asarray(value, dtype=np.int64) if value else np.zeros((0, 2), np.int64)
-    if cells.ndim != 2 or cells.shape[1] < 2:
-        raise RecordError(line, what, f"expected a list of [row, col, ...] rows, got {str(value)[:60]}")
-    if (cells[:, :2] < 0).any():
-        raise RecordError(line, what, "a position lies outside the grid (negative row or column)")
-    return cells
+_DELTAS = {1: (-1, 0), 2: (1, 0), 3: (0, -1), 4: (0, 1)}  # UP, DOWN, LEFT, RIGHT (ACTION_DELTAS)
 
 
-def step_pushes(agents: Sequence[Sequence[int]], blocks: Sequence[Sequence[Any]], actions: Sequence[int]) -> List[int]:
+class _Blocks:
+    """Which alive block covers a cell, rebuilt only when the blocks changed (most steps
+    move none)."""
+
+    def __init__(self):
+        self._rows: Any = None
+        self._cells: Dict[Tuple[int, int], int] = {}
+
+    def at(self, blocks: Sequence[Sequence[Any]]) -> Dict[Tuple[int, int], int]:
+        if blocks != self._rows:
+            cells: Dict[Tuple[int, int], int] = {}
+            for j, row in enumerate(blocks):
+                r, c, w, alive = int(row[0]), int(row[1]), int(row[2]), bool(row[3])
+                if r < 0 or c < 0:
+                    raise RecordError(0, "blocks", "a position lies outside the grid (negative row or column)")
+                if alive:
+                    for dr in range(w):
+                        for dc in range(w):
+                            cells[(r + dr, c + dc)] = j
+            self._rows, self._cells = blocks, cells
+        return self._cells
+
+
+def step_pushes(agents: Sequence[Sequence[int]], blocks: Sequence[Sequence[Any]], actions: Sequence[int],
+                _blocks: Optional[_Blocks] = None) -> List[int]:
     """The block each agent pushes with ``actions`` in the world ``agents`` ([[r, c], ...])
     and ``blocks`` ([[r, c, w, alive], ...]) before a step, -1 for none.
+
+    An agent's chain runs from its cell in the direction of its action through the cells
+    that hold agents; the agent pushes the alive block that covers the first cell after
+    them (the step rules' chain search with every agent pushing; cells beyond the grid hold
+    nothing, so no wall needs to be known).
 
     >>> # agent 0 behind the left face of block 0 (weight 2), agent 1 in line behind agent 0
     >>> step_pushes([[2, 1], [2, 0], [5, 1]], [[2, 2, 2, True]], [4, 4, 4])
     [0, 0, -1]
     """
-    pos = _cells(agents, "agents", 0)[:, :2]
-    rows = _cells(blocks, "blocks", 0)
-    n, b = pos.shape[0], rows.shape[0]
-    if len(actions) != n:
-        raise RecordError(0, "actions", f"{len(actions)} actions for {n} agents")
-    block_pos, weight = rows[:, :2], rows[:, 2] if b else np.zeros(0, np.int64)
-    alive = np.asarray([bool(r[3]) for r in blocks], dtype=bool) if b else np.zeros(0, bool)
-    # a grid that holds every position; cells beyond the real walls are empty, so chains end the same
-    size = int(max(pos.max(initial=0) + 1, (block_pos + weight[:, None]).max(initial=0))) + 1
-    agents_at = agent_grid(pos, size)
-    blocks_at = block_grid(block_pos, weight, alive, size)
-    pushed = np.full(n, -1, np.int64)
-    acts = np.asarray(actions, dtype=np.int64)
-    for action in (1, 2, 3, 4):
-        movers = acts == action
-        if not movers.any():
+    if len(actions) != len(agents):
+        raise RecordError(0, "actions", f"{len(actions)} actions for {len(agents)} agents")
+    if agents and min(map(min, agents)) < 0:
+        raise RecordError(0, "agents", "a position lies outside the grid (negative row or column)")
+    occupied = dict(zip(map(tuple, agents), range(len(agents))))
+    block_at = (_blocks or _Blocks()).at(blocks)
+    pushed = []
+    for (r, c), action in zip(agents, actions):
+        delta = _DELTAS.get(action)
+        if delta is None:  # STAY (and anything outside 1..4, which the core treats as STAY)
+            pushed.append(-1)
             continue
-        ends = chain_ends(pos, agents_at, blocks_at, np.asarray(ACTION_DELTAS[action]), b)
-        pushed = np.where(movers & (ends < b), ends, pushed)
-    return [int(j) for j in pushed]
+        dr, dc = delta
+        r, c = r + dr, c + dc
+        while (r, c) in occupied:
+            r, c = r + dr, c + dc
+        pushed.append(block_at.get((r, c), -1))
+    return pushed
 
 
 def _names(agents: Mapping[str, Any]) -> List[str]:
@@ -167,21 +186,23 @@ def episode_pushes(records: Sequence[Mapping[str, Any]]) -> Tuple[List[str], Lis
     layout = header.get("layout") or {}
     agents, blocks = layout.get("agents", []), layout.get("blocks", [])
     counts = [0] * len(names)
+    cache = _Blocks()
     source = 1  # the line the positions before the next step come from
     for line, record in enumerate(records, start=1):
         if record.get("type") != "step":
             continue
         actions = record.get("actions") or {}
         try:
-            primitive = [int(actions[name]) for name in names]
-        except (KeyError, TypeError, ValueError):
+            primitive = [actions[name] for name in names]
+        except (KeyError, TypeError):
             raise RecordError(line, "actions", "must give an integer action for every agent") from None
         try:
-            pushed = step_pushes(agents, blocks, primitive)
+            pushed = step_pushes(agents, blocks, primitive, cache)
         except RecordError as err:
             raise RecordError(source, err.key if source > 1 else "layout", str(err)) from None
         for i, block in enumerate(pushed):
-            counts[i] += block >= 0
+            if block >= 0:
+                counts[i] += 1
         agents, blocks, source = record.get("agents", []), record.get("blocks", []), line
     return names, kinds, counts
 
@@ -204,17 +225,25 @@ def episode_workload(records: Sequence[Mapping[str, Any]]) -> Dict[str, Any]:
 # --- reading only what the balance needs from a trace file -----------------------------------------
 
 
-class _Line(msgspec.Struct, gc=False):
-    """The keys of a record the balance reads; every other key is skipped unread."""
-
-    type: str
-    agents: Any = None
-    layout: Any = None
-    actions: Any = None
-    blocks: Any = None
+class _Header(msgspec.Struct, tag="episode", tag_field="type", gc=False):
+    agents: Dict[str, Dict[str, Any]]
+    layout: Dict[str, Any]
 
 
-_DECODER = msgspec.json.Decoder(List[_Line])
+class _Step(msgspec.Struct, tag="step", tag_field="type", gc=False):
+    actions: Dict[str, int]
+    agents: List[Tuple[int, int]]
+    blocks: List[Tuple[int, int, int, bool]]
+
+
+class _Other(msgspec.Struct, gc=False):
+    pass
+
+
+# Records the balance does not read decode to empty structs: every key is skipped.
+_SKIPPED = [type(f"_Skip_{kind}", (_Other,), {}, tag=kind, tag_field="type")
+            for kind in ("stage", "plan", "message", "llm", "end")]
+_DECODER = msgspec.json.Decoder(List[Union[(_Header, _Step, *_SKIPPED)]])
 
 
 def trace_workload(path: Union[str, os.PathLike]) -> Dict[str, Any]:
@@ -224,10 +253,12 @@ def trace_workload(path: Union[str, os.PathLike]) -> Dict[str, Any]:
         lines = _DECODER.decode(b"[" + b",".join(data.splitlines()) + b"]")
     except msgspec.MsgspecError as err:
         raise RecordError(0, None, f"not a trace: {str(err)[:120]}") from None
-    records = [{"type": r.type, "agents": r.agents, "layout": r.layout, "actions": r.actions, "blocks": r.blocks}
-               for r in lines if r.type in ("episode", "step")]
-    if not records or not isinstance(records[0]["agents"], dict):
-        raise RecordError(1, "type", "the first record must be 'episode' with its agents")
+    if not lines or not isinstance(lines[0], _Header):
+        raise RecordError(1, "type", "the first record must be 'episode'")
+    header = lines[0]
+    records = [{"type": "episode", "agents": header.agents, "layout": header.layout}]
+    records += [{"type": "step", "actions": r.actions, "agents": r.agents, "blocks": r.blocks}
+                for r in lines if type(r) is _Step]
     return episode_workload(records)
 
 
