@@ -118,8 +118,9 @@ def test_the_page_loads_and_draws_the_world(server, page):
 def test_a_key_press_moves_the_persons_agent_and_the_server_agrees(server, page):
     page.goto(server.url + "/?play=agent_0")
     until(lambda: page.evaluate("window.cube.app.mine.includes('agent_0')"), what="the seat")
+    before = state(server)["game"]["id"]
     page.click("#new-episode")  # a fresh episode, whatever the other tests did
-    until(lambda: state(server)["game"]["running"] and state(server)["t"] == 0 and
+    until(lambda: state(server)["game"]["id"] > before and state(server)["t"] == 0 and
           [t for t in state(server)["turns"] if t["agent"] == "agent_0"], what="agent_0's first turn")
     game = state(server)["game"]["id"]
     until(lambda: page.evaluate("window.cube.app.live.game.id") == game, what="the page to follow")
