@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from cube_jax import cli
+from cube_jax.analytics.balance import BALANCE_KEYS, BALANCE_METRICS
 from cube_jax.analytics.compare import compare_runs, csv_text, markdown_table, radar_values
 from cube_jax.analytics.intervals import summarize
 from cube_jax.analytics.metrics import METRICS, episode_metrics
@@ -46,12 +47,13 @@ def test_metrics_json_has_every_metric_per_episode_and_in_the_aggregate(runs_fol
     assert set(doc) == {"episodes", "aggregate"}
     assert len(doc["episodes"]) == 16
     for episode in doc["episodes"]:
-        assert set(episode) == {"trace", "seed", *METRICS}
+        assert set(episode) == {"trace", "seed", *METRICS, *BALANCE_KEYS}
         assert Path(episode["trace"]).exists() and isinstance(episode["seed"], int)
     first = doc["episodes"][0]
     assert {k: first[k] for k in METRICS} == episode_metrics(load_trace(first["trace"]))
-    assert set(doc["aggregate"]) == set(METRICS)
-    for metric, summary in doc["aggregate"].items():
+    assert set(METRICS) <= set(doc["aggregate"]) <= set(METRICS) | set(BALANCE_METRICS)
+    for metric in METRICS:
+        summary = doc["aggregate"][metric]
         assert set(summary) == {"mean", "ci_low", "ci_high"}
         values = [float(e[metric]) for e in doc["episodes"]]
         assert summary["mean"] == pytest.approx(np.mean(values))

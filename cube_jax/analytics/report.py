@@ -12,6 +12,12 @@ line and key of its first problem, and the other files are measured.
     {"episodes": [{"trace": str, "seed": int, <every metric>}, ...],
      "aggregate": {<metric>: {"mean": float, "ci_low": float, "ci_high": float}, ...}}
 
+Beside the metrics of LLM.md section 6, each episode carries its workload balance
+(:mod:`~cube_jax.analytics.balance`: ``workload_balance``, ``workload_balance_kinds``, null
+when undefined, and ``pushes`` per agent), and the aggregate holds the balance metrics'
+means and intervals over the episodes where they are defined, with their number
+(``"episodes"``).
+
 >>> import tempfile, pathlib
 >>> from cube_jax.analytics.synthetic import random_trace
 >>> from cube_jax.evaluation.trace import dumps
@@ -36,6 +42,7 @@ import os
 from pathlib import Path
 from typing import Dict, Iterable, List, Sequence, Union
 
+from cube_jax.analytics.balance import summarize_workload, trace_workload
 from cube_jax.analytics.intervals import CONFIDENCE, RESAMPLES, summarize
 from cube_jax.analytics.metrics import METRICS, episode_metrics
 from cube_jax.analytics.records import RecordError, header_fields
@@ -66,7 +73,9 @@ class Report:
 
     ``episodes`` are metrics.json's episode entries; ``runs[i]`` holds the ``topology``,
     ``team`` and ``scenario`` of episode i (what comparisons group by), ``aggregate`` the
-    mean and interval of every metric, ``failures`` the files that are not valid traces.
+    mean and interval of every metric, ``balance`` those of the workload balance metrics
+    (over the episodes where they are defined), ``failures`` the files that are not valid
+    traces.
     """
 
     episodes: List[dict]
@@ -74,6 +83,7 @@ class Report:
     aggregate: Dict[str, Dict[str, float]]
     failures: List[TraceFailure]
     paths: List[Path]
+    balance: Dict[str, Dict[str, float]] = dataclasses.field(default_factory=dict)
 
     @property
     def strata(self) -> List[str]:
@@ -81,7 +91,7 @@ class Report:
 
     def document(self) -> dict:
         """metrics.json's content."""
-        return {"episodes": self.episodes, "aggregate": self.aggregate}
+        return {"episodes": self.episodes, "aggregate": {**self.aggregate, **self.balance}}
 
 
 def measure_trace(path: PathLike, validate: bool = False) -> dict:
@@ -99,9 +109,11 @@ def measure_trace(path: PathLike, validate: bool = False) -> dict:
         records = load_metric_records(path)
         try:
             metrics = episode_metrics(records)
+            balance = trace_workload(path)
         except RecordError as err:
             raise problem_of(path) or TraceError(str(path), TraceProblem(err.line, err.key, str(err))) from None
-    return {"trace": str(path), "seed": records[0].seed, **metrics, "run": run_fields(header_fields(records[0]))}
+    return {"trace": str(path), "seed": records[0].seed, **metrics, **balance,
+            "run": run_fields(header_fields(records[0]))}
 
 
 def _measure_or_fail(item) -> tuple:
@@ -152,8 +164,10 @@ def build_report(sources: Iterable[PathLike], *, jobs: int = 1, validate: bool =
         raise ValueError(f"none of the {len(paths)} trace files is valid: {listed}")
     runs = [episode.pop("run") for episode in measured]
     strata = [run["scenario"] for run in runs]
-    aggregate = summarize(measured, METRICS, strata if len(set(strata)) > 1 else None, confidence, seed, resamples)
-    return Report(episodes=measured, runs=runs, aggregate=aggregate, failures=failures, paths=paths)
+    by_scenario = strata if len(set(strata)) > 1 else None
+    aggregate = summarize(measured, METRICS, by_scenario, confidence, seed, resamples)
+    balance = summarize_workload(measured, by_scenario, confidence, seed, resamples)
+    return Report(episodes=measured, runs=runs, aggregate=aggregate, failures=failures, paths=paths, balance=balance)
 
 
 def write_metrics_json(sources: Union[PathLike, Iterable[PathLike]], out: PathLike, **options) -> Report:

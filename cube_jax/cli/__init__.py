@@ -12,8 +12,9 @@ from typing import Optional, Sequence
 from cube_jax.cli import eval as eval_command
 from cube_jax.cli import llm as llm_command
 from cube_jax.cli import report as report_command
+from cube_jax.cli import serve as serve_command
 
-COMMANDS = (eval_command, llm_command, report_command)
+COMMANDS = (eval_command, llm_command, report_command, serve_command)
 
 
 def build_parser() -> argparse.ArgumentParser:

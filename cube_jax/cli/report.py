@@ -11,7 +11,8 @@ The command prints every metric's mean and 95% bootstrap interval across the epi
 (stratified by scenario when several are mixed) and writes, on request:
 
 - ``--json``: metrics.json (API.md): per episode ``trace``, ``seed`` and every metric, and
-  the ``aggregate`` of each metric;
+  the ``aggregate`` of each metric; the workload balance (COBLOCK's gamma and its
+  generalisation, :mod:`cube_jax.analytics.balance`) per episode and in the aggregate;
 - ``--table`` / ``--csv``: every metric with its interval for each run, a run being the
   episodes that share the fields of ``--by`` (default topology, team and scenario);
 - ``--plots DIR``: ``bars.png`` (outcomes and communication, with intervals) and
@@ -137,6 +138,7 @@ def run(parser: argparse.ArgumentParser, args) -> int:
 
 
 def summary_table(report, confidence: float) -> str:
+    from cube_jax.analytics.balance import BALANCE_METRICS
     from cube_jax.analytics.metrics import METRICS
 
     strata = sorted(set(report.strata))
@@ -144,6 +146,11 @@ def summary_table(report, confidence: float) -> str:
              + (" (intervals stratified by scenario)" if len(strata) > 1 else ""),
              f"{'metric':<24} mean [{confidence:.0%} interval]"]
     lines += [f"{metric:<24} {interval_text(report.aggregate[metric])}" for metric in METRICS]
+    for metric in BALANCE_METRICS:
+        summary = report.balance.get(metric)
+        shown = (f"{interval_text(summary)} ({summary['episodes']} of {len(report.episodes)} episodes)"
+                 if summary else f"undefined in all {len(report.episodes)} episodes")
+        lines.append(f"{metric:<24} {shown}")
     return "\n".join(lines)
 
 

@@ -329,7 +329,14 @@ class Episode:
         if self.limits.max_calls is not None and self.model_calls >= self.limits.max_calls:
             raise EpisodeEnded(f"model call limit ({self.limits.max_calls}) reached")
         contexts = {i: self._context(self.slots[i], purposes[i], views[i]) for i in agents}
-        results = await asyncio.gather(*(self.slots[i].agent.decide(contexts[i]) for i in agents))
+        asked = [asyncio.ensure_future(self.slots[i].agent.decide(contexts[i])) for i in agents]
+        try:
+            results = await asyncio.gather(*asked)
+        except BaseException:
+            # one agent ended the episode (or failed): the others' pending decisions are void
+            for task in asked:
+                task.cancel()
+            raise
         decisions = {}
         for i, decision in zip(agents, results):
             decisions[i] = self._checked(i, purposes[i], views[i], decision)

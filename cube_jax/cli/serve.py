@@ -1,0 +1,191 @@
+"""``cube-jax serve``: watch, replay and play CUBE in the browser.
+
+::
+
+    cube-jax serve --scenario hard --team heuristic                 # watch the heuristic team
+    cube-jax serve --scenario easy --team human,heuristic           # play agent_0 beside a planner
+    cube-jax serve --n 3 --team human,llm,heuristic --topology decentralized \\
+                   --model qwen2.5-7b-instruct --base-url http://127.0.0.1:8000/v1
+    cube-jax serve --n 16 --team heuristic --speed max --replay runs/llm   # and offer old traces
+
+The command prints the page's address and serves until Ctrl-C. It binds to 127.0.0.1 by
+default; another loopback address is fine, anything else needs ``--public`` (and prints a
+warning: whoever reaches the machine can then watch and play).
+
+Episodes run one after the other (``--seed``, then the next seed on the page's "new
+episode") with the team of ``--team`` (one member per agent: ``human``, ``llm[:model]``,
+``heuristic``, ``team``, ``random``, ``policy:<checkpoint>``) under ``--topology``.
+``human`` agents wait for a person: open the page, take the seat ("Play agent_0", or
+``?play=all`` in the address) and move with the arrow keys or type plans. Language-agent
+members use an OpenAI-compatible server as in ``cube-jax llm`` (``--base-url`` or
+``OPENAI_BASE_URL``, ``--model``, the key from ``--api-key`` or ``OPENAI_API_KEY``).
+
+``--out DIR`` (default ``runs/serve-<time>``) receives one trace per episode
+(``episode-<seed>.jsonl``), its timeline picture and the folder's ``metrics.json``, so
+``cube-jax report DIR`` works on it; the replay view lists the folder's traces and those of
+``--replay``.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime
+import json
+import logging
+import os
+import sys
+from pathlib import Path
+
+from cube_jax.cli.args import check_world, check_writable, episode_limit, parse_int, positive_int, seed, team_size, world_kwargs
+from cube_jax.cli.llm import Clients, _non_negative_int, _positive_float
+
+log = logging.getLogger(__name__)
+
+
+def _port(text: str) -> int:
+    return parse_int(text, 0, 65535)
+
+
+def _speed(text: str):
+    if text == "max":
+        return None
+    value = _positive_float(text)
+    if value > 1000:
+        raise argparse.ArgumentTypeError(f"at most 1000 steps per second (or 'max'), got {text!r}")
+    return value
+
+
+def add_parser(commands) -> argparse.ArgumentParser:
+    from cube_jax.evaluation.topologies import TOPOLOGIES
+
+    p = commands.add_parser(
+        "serve",
+        help="watch, replay and play episodes in the browser",
+        description="Serve a local web app: a live view of episodes of any team (people included), replays of "
+                    "traces, and play with the keyboard or typed plans.",
+    )
+    world = p.add_mutually_exclusive_group()
+    world.add_argument("--n", type=team_size, help="the n-curriculum level (n agents)")
+    world.add_argument("--scenario", help="a named scenario (easy, hard) or a scenario .yaml file (default: hard)")
+    p.add_argument("--team", default="heuristic",
+                   help="one member per agent: human, llm[:model], heuristic, team, random, policy:<checkpoint> "
+                        "(default: heuristic for every agent)")
+    p.add_argument("--topology", choices=sorted(TOPOLOGIES), default="individual", help="who may talk to whom")
+    p.add_argument("--budget", type=_non_negative_int, default=None,
+                   help="decentralized: messages per decision (default: the team size)")
+    p.add_argument("--seed", type=seed, default=0, help="the first episode's seed; later episodes count up (default 0)")
+    p.add_argument("--max-steps", type=episode_limit, default=None, help="episode step limit (default: the world's)")
+    p.add_argument("--max-wall", type=_positive_float, default=None, help="wall-clock seconds per episode")
+    p.add_argument("--speed", type=_speed, default=4.0, help="steps per second, or 'max' (default 4)")
+    p.add_argument("--paused", action="store_true", help="start paused (the page's Run or Step goes on)")
+    p.add_argument("--out", type=Path, default=None, help="the run folder (default runs/serve-<time>)")
+    p.add_argument("--replay", type=Path, action="append", default=[],
+                   help="a trace file or folder to offer in the replay view (repeatable)")
+    p.add_argument("--host", default="127.0.0.1", help="the address to listen on (default 127.0.0.1)")
+    p.add_argument("--port", type=_port, default=8765, help="the port (default 8765; 0 picks a free one)")
+    p.add_argument("--public", action="store_true", help="allow --host to be an address other machines can reach")
+    p.add_argument("--no-timelines", action="store_true", help="skip the timeline picture after each episode")
+    llm = p.add_argument_group("language-agent members (as in cube-jax llm)")
+    llm.add_argument("--model", default=None, help="model name for llm members without their own (llm:<model>)")
+    llm.add_argument("--base-url", default=None, help="the server's OpenAI-compatible base URL (or OPENAI_BASE_URL)")
+    llm.add_argument("--api-key", default=None, help="API key (or OPENAI_API_KEY); never written anywhere")
+    llm.add_argument("--temperature", type=float, default=0.2, help="sampling temperature (default 0.2)")
+    llm.add_argument("--max-tokens", type=positive_int, default=512, help="completion token limit per call")
+    llm.add_argument("--timeout", type=_positive_float, default=60.0, help="seconds per HTTP request (default 60)")
+    llm.add_argument("--retries", type=_non_negative_int, default=3, help="retries of a failed request (default 3)")
+    llm.add_argument("--max-repairs", type=_non_negative_int, default=2,
+                     help="corrective re-prompts after an invalid reply (default 2)")
+    llm.add_argument("--prompts", type=Path, default=None, help="a folder of prompt templates overriding the defaults")
+    p.set_defaults(run=run)
+    return p
+
+
+def _llm_factory(args, env, clients: Clients):
+    from cube_jax.llm.agent import LLMAgent
+    from cube_jax.llm.prompts import PromptBook
+
+    prompts = PromptBook(args.prompts, step_cost=env.cfg.step_cost)
+
+    def build(env, member, ids):
+        return [LLMAgent(clients.get(member.arg or args.model), prompts=prompts, max_repairs=args.max_repairs)
+                for _ in ids]
+
+    return build
+
+
+def run(parser: argparse.ArgumentParser, args) -> int:
+    try:
+        from cube_jax.web.server import bind, check_host, create_app, serve, url_of
+    except ImportError as err:
+        parser.error(f"the web app needs the web extra (pip install 'cube_jax[web]'): {err}")
+    problem = check_host(args.host, args.public)
+    if problem is not None:
+        parser.error(f"argument --host: {problem}")
+    check_world(parser, args)
+    world = world_kwargs(args) or {"scenario": "hard"}
+    if args.budget is not None and args.topology != "decentralized":
+        parser.error("argument --budget: only the decentralized topology has a message budget")
+    for path in args.replay:
+        if not path.exists():
+            parser.error(f"argument --replay: no such trace file or folder: {str(path)[:200]!r}")
+    out = args.out or Path("runs") / f"serve-{datetime.datetime.now():%Y%m%d-%H%M%S}"
+    check_writable(parser, "--out", out, folder=True)
+
+    import cube_jax
+    from cube_jax.evaluation import Limits
+    from cube_jax.teams import BUILTIN_KINDS, TeamSpecError, parse_team
+    from cube_jax.web.game import Settings
+
+    if args.max_steps is not None:
+        world["max_steps"] = args.max_steps
+    try:
+        env = cube_jax.make(**world)
+    except ValueError as err:
+        parser.error(f"argument --n/--scenario: {err}")
+    try:
+        members = parse_team(args.team, env.num_agents, kinds=BUILTIN_KINDS + ("human", "llm"))
+    except TeamSpecError as err:
+        parser.error(f"argument --team: {err}")
+    factories = {}
+    clients = None
+    if any(m.kind == "llm" for m in members):
+        if any(m.kind == "llm" and not m.arg for m in members) and not args.model:
+            parser.error("argument --model: name the model (or give every llm member its own: llm:<model>)")
+        args.base_url = args.base_url or os.environ.get("OPENAI_BASE_URL")
+        if not args.base_url:
+            parser.error("argument --base-url: give the server's base URL (or set OPENAI_BASE_URL)")
+        clients = Clients(args)
+        try:
+            factories["llm"] = _llm_factory(args, env, clients)
+        except ValueError as err:
+            parser.error(f"argument --prompts: {err}")
+    try:
+        limits = Limits(max_steps=args.max_steps, max_wall_s=args.max_wall)
+    except ValueError as err:
+        parser.error(str(err))
+    out.mkdir(parents=True, exist_ok=True)
+    settings = Settings(world=world, team=args.team, topology=args.topology, budget=args.budget, seed=args.seed,
+                        out=out, limits=limits, speed=args.speed, paused=args.paused,
+                        timelines=not args.no_timelines, factories=factories)
+    (out / "run.json").write_text(json.dumps({
+        "command": "serve", "world": world, "team": args.team, "topology": args.topology, "budget": args.budget,
+        "seed": args.seed, "max_steps": args.max_steps, "max_wall": args.max_wall, "model": args.model,
+        "base_url": args.base_url}, indent=2))
+    app = create_app(env, settings, replays=args.replay, public=args.public)
+    try:
+        sock = bind(args.host, args.port)
+    except OSError as err:
+        parser.error(f"argument --port: cannot listen on {args.host}:{args.port}: {err.strerror or err}")
+    if args.public:
+        print(f"warning: serving on {args.host}, reachable from other machines: anyone who can connect can watch "
+              "and play; there is no login", file=sys.stderr)
+    print(f"cube-jax serve: {url_of(sock)} (run folder {out}; Ctrl-C stops)", flush=True)
+    try:
+        serve(app, sock)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        if clients is not None:
+            asyncio.run(clients.aclose())
+    print(f"outputs in {out}")
+    return 0
