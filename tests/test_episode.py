@@ -421,3 +421,17 @@ def test_episode_arguments_are_checked(open_env):
         Episode(open_env, heuristic_team(open_env), seed=0, topology="star")
     with pytest.raises(ValueError, match="max_calls"):
         Limits(max_calls=0)
+
+
+def test_a_key_press_plan_pushes_as_a_primitive():
+    env = cube_jax.make(scenario=PUSH)
+    key = Plan("key: right", tuple(parse_plan("move(right, 1)")), primitive=True)
+    agents = [ScriptedAgent([Decision(plan=key)]),
+              ScriptedAgent([Decision(plan=plan("push_block(block#0)", "push_block(0, 1)"))]),
+              ScriptedAgent([Decision(plan=plan("rest", "idle(20)"))])]
+    _, records = play(env, agents)
+    first = of(records, "step")[0]
+    # the key press shows no symbolic action, and its push counts like a primitive agent's
+    assert first["symbolic"]["agent_0"] is None and first["symbolic"]["agent_1"] == "push_block(0, 1)"
+    assert first["tasks"]["0:left"] == {"required": 2, "spatial": 2, "temporal": 2, "participation": 2, "joint": 2}
+    assert first["blocks"][0] == [1, 2, 2, True]

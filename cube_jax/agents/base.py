@@ -68,10 +68,16 @@ class Reason(str, enum.Enum):
 @dataclasses.dataclass(frozen=True)
 class Plan:
     """A committed plan: what it is for (``spec``, e.g. ``"push_block(block#2)"``; plan
-    coherence and resumption compare these strings) and its symbolic actions."""
+    coherence and resumption compare these strings) and its symbolic actions.
+
+    ``primitive`` marks a single primitive action given as a one-step plan (a key press):
+    the trace shows no symbolic action for it, and its pushes count as those of an agent
+    acting with primitives alone (LLM.md section 5, ``temporal``).
+    """
 
     spec: str
     actions: Tuple[SymbolicAction, ...]
+    primitive: bool = False
 
     def __post_init__(self):
         if not isinstance(self.spec, str) or not self.spec.strip():

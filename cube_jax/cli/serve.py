@@ -104,7 +104,7 @@ def _llm_factory(args, env, clients: Clients):
     from cube_jax.llm.agent import LLMAgent
     from cube_jax.llm.prompts import PromptBook
 
-    prompts = PromptBook(args.prompts, step_cost=env.cfg.step_cost)
+    prompts = PromptBook(args.prompts) if args.prompts is not None else PromptBook.default()
 
     def build(env, member, ids):
         return [LLMAgent(clients.get(member.arg or args.model), prompts=prompts, max_repairs=args.max_repairs)

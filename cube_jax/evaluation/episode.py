@@ -479,11 +479,16 @@ class Episode:
             self.slots[record.agent].history.append(record)
             if record.primitive is not None and record.action is not None:
                 running[record.agent] = record.action
+        # agents acting with primitives alone: policies, and a primitive given as a plan (a key)
+        alone = [s.agent.acts_with_primitives or (s.plan is not None and s.plan.primitive) for s in self.slots]
+        for i, is_alone in enumerate(alone):
+            if is_alone:
+                running.pop(i, None)
         for slot in self.slots:
             if slot.agent.acts_with_primitives:
                 ctx = self._context(slot, Purpose.PLAN, self.topology.view(slot.index, Purpose.PLAN), consume=False)
                 primitives[slot.index] = _checked_primitive(slot, slot.agent.primitive(ctx))
-        tasks = step_tasks(view, primitives, running, [s.agent.acts_with_primitives for s in self.slots])
+        tasks = step_tasks(view, primitives, running, alone)
         self.state, ts = self.env.step(self.state, primitives)
         reward = [float(str(x)) for x in np.asarray(ts.reward, np.float32)]  # float32 values, shortest text
         self._episode_return += reward[0]

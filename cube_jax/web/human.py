@@ -91,13 +91,13 @@ def _refuse(message: str, argument: Optional[str] = None) -> PlanError:
 def key_plan(ctx: DecisionContext, key: str) -> Plan:
     """The one-step plan of a key press; a move into the wall is refused (PlanError)."""
     if key == "stay":
-        return idle_plan(1, spec=KEY_SPEC.format(key=key))
+        return Plan(KEY_SPEC.format(key=key), idle_plan(1).actions, primitive=True)
     row, col = (int(x) for x in np.asarray(ctx.state.agent_pos)[ctx.agent])
     dr, dc = ACTION_DELTAS[DIRECTIONS[key]]
     size = int(ctx.views.grid_size)
     if not (0 <= row + dr < size and 0 <= col + dc < size):
         raise _refuse(f"{ctx.name} at ({row}, {col}) cannot move {key}: that is the wall", argument="key")
-    return Plan(KEY_SPEC.format(key=key), (make_action("move", key, 1),))
+    return Plan(KEY_SPEC.format(key=key), (make_action("move", key, 1),), primitive=True)
 
 
 def typed_plan(text_or_json, spec: Optional[str]) -> Plan:
