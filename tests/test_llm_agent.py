@@ -160,7 +160,9 @@ def test_prompts_show_the_world_and_templates_can_be_edited(hard, tmp_path):
     captured = {}
 
     def remember(request):
-        captured.setdefault("first", request["messages"])
+        # the three agents ask at once: keep agent_0's first request
+        if "You are agent_0," in request["messages"][0]["content"]:
+            captured.setdefault("first", request["messages"])
         return responder(request)
 
     with FakeOpenAI(responder=remember) as server:
