@@ -104,9 +104,16 @@ class AutoResetWrapper(Wrapper):
             observation = observation.at[idx].set(fresh_ts.observation, mode="drop")
             return start + r, state, observation
 
-        _, state, observation = lax.while_loop(
-            lambda carry: carry[0] < finished, reset_round, (jnp.int32(0), state, ts.observation)
-        )
+        def reset_finished(operand):
+            state, observation = operand
+            _, state, observation = lax.while_loop(
+                lambda carry: carry[0] < finished, reset_round, (jnp.int32(0), state, observation)
+            )
+            return state, observation
+
+        # The loop sits under a cond: entered only when something finished, it also costs far
+        # less on CPU than a bare loop (whose carry XLA copies at every step).
+        state, observation = lax.cond(finished > 0, reset_finished, lambda operand: operand, (state, ts.observation))
         extras = dict(ts.extras, final_observation=ts.observation)
         out = (state, ts.replace(observation=observation, extras=extras))
         return out, jax.tree.map(lambda _: True, out)
