@@ -200,21 +200,27 @@ def _pushers_ahead(ar, ac, pusher, d: int) -> jax.Array:
 # --- phases --------------------------------------------------------------------------------
 
 
-def push_phase(cfg: EnvConfig, d: int, actions, ar, ac, br, bc, w, alive, engaged, moved):
+def push_phase(cfg: EnvConfig, keep, d: int, actions, ar, ac, br, bc, w, alive, engaged, moved):
     """One push phase in direction d on [X, E] arrays; returns them updated and F per block."""
     k = cfg.grid_size
     dr, dc = ACTION_DELTAS[d]
     pusher = actions == d
 
     # Agent chains: the first cell past a pusher's line of pushers must be a cell of block j.
-    run = _pushers_ahead(ar, ac, pusher, d) + 1
-    hit = _in_squares(ar + dr * run, ac + dc * run, br, bc, w) & alive[None] & pusher[:, None]  # [N, B, E]
+    # run, hit and agent_ahead are read many times: regions keep XLA from recomputing them
+    # (pointer jumping included) in every consumer.
+    run = _region(keep, lambda *a: _pushers_ahead(*a, d) + 1, ar, ac, pusher)
+
+    def chains(ar, ac, run, br, bc, w, alive, pusher):
+        return _in_squares(ar + dr * run, ac + dc * run, br, bc, w) & alive[None] & pusher[:, None]
+
+    hit = _region(keep, chains, ar, ac, run, br, bc, w, alive, pusher)  # [N, B, E]
     force = hit.sum(0, dtype=jnp.int32)  # F_j  [B, E]
 
     member, in_composite = composites(block_in_front(br, bc, w, alive, d), force > 0)
     tr, tc = br + dr, bc + dc
     outside = (tr < 0) | (tc < 0) | (tr + w > k) | (tc + w > k)
-    agent_ahead = _in_squares(ar, ac, tr, tc, w).any(0)
+    agent_ahead = _region(keep, lambda ar, ac, tr, tc, w: _in_squares(ar, ac, tr, tc, w).any(0), ar, ac, tr, tc, w)
     cannot_move = moved | outside | agent_ahead  # [B, E]
     total_force = jnp.where(member, force[None], 0).sum(1)
     total_weight = jnp.where(member, w[None], 0).sum(1)
@@ -577,7 +583,7 @@ def step_kernel(cfg: EnvConfig, ar, ac, br, bc, w, alive, actions):
         if folded:
             ar, ac, br, bc, engaged, moved, force = push_phase_folded(cfg, keep, d, actions, ar, ac, br, bc, w, alive, engaged, moved)
         else:
-            ar, ac, br, bc, engaged, moved, force = push_phase(cfg, d, actions, ar, ac, br, bc, w, alive, engaged, moved)
+            ar, ac, br, bc, engaged, moved, force = push_phase(cfg, keep, d, actions, ar, ac, br, bc, w, alive, engaged, moved)
             # Phase boundaries: left to itself XLA fuses across phases and recomputes work.
             ar, ac, br, bc, engaged, moved, force = lax.optimization_barrier((ar, ac, br, bc, engaged, moved, force))
         forces.append(force)

@@ -133,18 +133,20 @@ def _ego_agent_rows(cfg: EnvConfig, ar, ac, rows, cols) -> jax.Array:
 
 
 def _ego_block_spans(rows, cols, br, bc, w, alive) -> tuple:
-    """(float32[N, B, S, E] weight of alive block b where window row i crosses it, else 0;
-    float32[N, B, S, E] 1 where window column j crosses block b)."""
+    """(bool[N, B, S, E] window row i crosses alive block b, bool[N, B, S, E] window column j
+    crosses block b)."""
     in_rows = (rows[:, None] >= br[None, :, None]) & (rows[:, None] < (br + w)[None, :, None]) & alive[None, :, None]
     in_cols = (cols[:, None] >= bc[None, :, None]) & (cols[:, None] < (bc + w)[None, :, None])
-    return jnp.where(in_rows, w.astype(jnp.float32)[None, :, None], 0.0), in_cols.astype(jnp.float32)
+    return in_rows, in_cols
 
 
-def _ego_weight_channel(row_weight, col_in) -> jax.Array:
+def _ego_weight_channel(in_rows, in_cols, w) -> jax.Array:
     """float32[N, S, S, E]: weight of the alive block covering each window cell, else 0."""
-    weight = jnp.zeros(row_weight.shape[:1] + row_weight.shape[2:3] + col_in.shape[2:], jnp.float32)
-    for j in range(row_weight.shape[1]):  # blocks never overlap: at most one term is non-zero
-        weight = weight + row_weight[:, j, :, None] * col_in[:, j, None, :]
+    n, b, size, e = in_rows.shape
+    weight = jnp.zeros((n, size, size, e), jnp.float32)
+    wf = w.astype(jnp.float32)
+    for j in range(b):  # blocks never overlap: at most one term is non-zero
+        weight = weight + jnp.where(in_rows[:, j, :, None] & in_cols[:, j, None, :], wf[j], 0.0)
     return weight
 
 
@@ -163,7 +165,7 @@ def _egocentric_kernel(cfg: EnvConfig, ar, ac, br, bc, w, alive, t) -> jax.Array
     shifts = jnp.arange(2 * r + 1, dtype=jnp.uint32)[None, None, :, None]
     agent = ((agent_rows[:, :, None] >> shifts) & 1).astype(f32)
     spans = _region(keep, _ego_block_spans, rows, cols, br, bc, w, alive)
-    weight = _region(keep, _ego_weight_channel, *spans)
+    weight = _region(keep, _ego_weight_channel, *spans, w)
     weight = weight / jnp.max(w, axis=0).astype(f32)
     inside = row_inside[:, :, None] & col_inside[:, None, :]
     wall = (~inside).astype(f32)
