@@ -61,7 +61,8 @@ def grid_observation(state: State) -> jax.Array:
 
 
 def _vector_kernel(cfg: EnvConfig, ar, ac, br, bc, w, alive, t) -> jax.Array:
-    """float32[N, D, E] on environment-last arrays ([N, E], [B, E], [E]); see the module doc."""
+    """float32[N, D - N, E] on environment-last arrays ([N, E], [B, E], [E]): the vector form
+    without its leading one-hot agent id (see the module doc)."""
     n, b, k = cfg.num_agents, cfg.num_blocks, cfg.grid_size
     e = t.shape[-1]
     f32 = jnp.float32
@@ -80,7 +81,6 @@ def _vector_kernel(cfg: EnvConfig, ar, ac, br, bc, w, alive, t) -> jax.Array:
     ) * live[:, :, None]  # [N, B, 5, E]
     agent_features = jnp.stack([(ar[None] - ar[:, None]) / k, (ac[None] - ac[:, None]) / k], axis=2)  # [N, N, 2, E]
     own = [
-        jnp.broadcast_to(jnp.eye(n, dtype=f32)[:, :, None], (n, n, e)),
         (ar / scale)[:, None],
         (ac / scale)[:, None],
         jnp.broadcast_to((t.astype(f32) / cfg.max_steps)[None, None], (n, 1, e)),
@@ -102,7 +102,13 @@ def vector_observation(cfg: EnvConfig, state: State) -> jax.Array:
         env_last(state.block_alive, lead, 1),
         env_last(state.t, lead, 0),
     )
-    return env_first(obs, lead)
+    return jnp.concatenate([_one_hot_ids(cfg.num_agents, lead), env_first(obs, lead)], axis=-1)
+
+
+def _one_hot_ids(n: int, lead: tuple) -> jax.Array:
+    """float32[*lead, N, N]: the one-hot agent ids, the same in every environment, so they
+    are written straight into the output instead of going through the environment-last kernel."""
+    return jnp.broadcast_to(jnp.eye(n, dtype=jnp.float32), lead + (n, n))
 
 
 # Up to this many agents the agent channel of the egocentric view compares every agent with
@@ -151,7 +157,8 @@ def _ego_weight_channel(in_rows, in_cols, w) -> jax.Array:
 
 
 def _egocentric_kernel(cfg: EnvConfig, ar, ac, br, bc, w, alive, t) -> jax.Array:
-    """float32[N, D, E] on environment-last arrays ([N, E], [B, E], [E]); see the module doc."""
+    """float32[N, D - N, E] on environment-last arrays ([N, E], [B, E], [E]): the egocentric
+    form without its one-hot agent id (see the module doc)."""
     n, k, r = cfg.num_agents, cfg.grid_size, cfg.view_radius
     e = t.shape[-1]
     f32 = jnp.float32
@@ -176,7 +183,6 @@ def _egocentric_kernel(cfg: EnvConfig, ar, ac, br, bc, w, alive, t) -> jax.Array
         (ar.astype(f32) / scale)[:, None],
         (ac.astype(f32) / scale)[:, None],
         jnp.broadcast_to((t.astype(f32) / cfg.max_steps)[None, None], (n, 1, e)),
-        jnp.broadcast_to(jnp.eye(n, dtype=f32)[:, :, None], (n, n, e)),
     ]
     return jnp.concatenate([window.reshape(n, -1, e)] + own, axis=1)
 
@@ -195,7 +201,7 @@ def egocentric_observation(cfg: EnvConfig, state: State) -> jax.Array:
         env_last(state.block_alive, lead, 1),
         env_last(state.t, lead, 0),
     )
-    return env_first(obs, lead)
+    return jnp.concatenate([env_first(obs, lead), _one_hot_ids(cfg.num_agents, lead)], axis=-1)
 
 
 def agent_grid_observation(cfg: EnvConfig, state: State) -> jax.Array:
