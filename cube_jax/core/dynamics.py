@@ -53,10 +53,22 @@ def ceil_log2(x: int) -> int:
     return max(0, int(x) - 1).bit_length()
 
 
-def _round(x):
-    """Ends one round of an unrolled fixed-point loop. Each round reads its carry twice; fused
-    across rounds, XLA recomputes every earlier round and the cost doubles per round."""
-    return lax.optimization_barrier(x)
+def _until_stable(fn, x):
+    """Applies ``fn`` until ``x`` stops changing (``fn`` must reach a fixed point).
+
+    A ``while_loop``: its carry is materialised at every round, and a batch stops as soon
+    as no environment changes any more, which for the short chains of a real world is
+    after a round or two, not after the worst case's B-1.
+    """
+
+    def again(carry):
+        return carry[1]
+
+    def round_(carry):
+        y = fn(carry[0])
+        return y, jnp.any(y != carry[0])
+
+    return lax.while_loop(again, round_, (x, jnp.array(True)))[0]
 
 
 # --- bit sets ------------------------------------------------------------------------------
@@ -103,28 +115,27 @@ def _composites_bits(front: jax.Array, pushed: jax.Array) -> Tuple[jax.Array, ja
     b = front.shape[0]
     front_rows = _rows_to_bits(front)  # uint32[B, E]
     movable = _set_to_bits(pushed)  # uint32[E]
-    for _ in range(b - 1):  # chains of "in front of" have at most B-1 hops
-        movable = _round(movable | _or_reduce(jnp.where(_bits_to_set(movable, b), front_rows, jnp.uint32(0)), 0))
+    # downstream hop by hop, then components by doubling, each to its fixed point
+    movable = _until_stable(lambda m: m | _or_reduce(jnp.where(_bits_to_set(m, b), front_rows, jnp.uint32(0)), 0), movable)
     in_v = _bits_to_set(movable, b)  # bool[B, E]
     eye = jnp.eye(b, dtype=bool)[:, :, None]
     touch = (front | jnp.swapaxes(front, 0, 1) | eye) & in_v[:, None] & in_v[None]
     comp = _rows_to_bits(touch)  # uint32[B, E]
-    for _ in range(ceil_log2(b - 1)):  # doubling: paths of up to B-1 hops
-        comp = _round(_or_reduce(jnp.where(_bits_to_rows(comp, b), comp[None], jnp.uint32(0)), 1))
+    comp = _until_stable(lambda c: _or_reduce(jnp.where(_bits_to_rows(c, b), c[None], jnp.uint32(0)), 1), comp)
     return _bits_to_rows(comp, b), in_v
 
 
 def _composites_dense(front: jax.Array, pushed: jax.Array) -> Tuple[jax.Array, jax.Array]:
     b = front.shape[0]
-    movable = pushed
-    for _ in range(b - 1):
-        movable = _round(movable | (movable[:, None] & front).any(0))
+    movable = _until_stable(lambda m: m | (m[:, None] & front).any(0), pushed)
     eye = jnp.eye(b, dtype=bool)[:, :, None]
     touch = (front | jnp.swapaxes(front, 0, 1) | eye) & movable[:, None] & movable[None]
-    for _ in range(ceil_log2(b - 1)):
-        t = touch.astype(jnp.float32)
-        touch = jnp.einsum("xye,yze->xze", t, t) > 0.5
-    return touch, movable
+
+    def square(rel):
+        t = rel.astype(jnp.float32)
+        return jnp.einsum("xye,yze->xze", t, t) > 0.5
+
+    return _until_stable(square, touch), movable
 
 
 def composites(front: jax.Array, pushed: jax.Array) -> Tuple[jax.Array, jax.Array]:
@@ -142,9 +153,10 @@ def composites(front: jax.Array, pushed: jax.Array) -> Tuple[jax.Array, jax.Arra
 # --- geometry ------------------------------------------------------------------------------
 
 
-def _index_of(match: jax.Array) -> jax.Array:
-    """int32[M, E]: the index of the (at most one) True entry along axis 1 of ``match`` [M, X, E]."""
-    idx = jnp.arange(match.shape[1], dtype=jnp.int32)[None, :, None]
+def _index_of(match: jax.Array, plus_one: bool = False) -> jax.Array:
+    """int32[M, E]: the index of the (at most one) True entry along axis 1 of ``match`` [M, X, E]
+    (``plus_one``: the index + 1, and 0 where there is none)."""
+    idx = jnp.arange(int(plus_one), match.shape[1] + int(plus_one), dtype=jnp.int32)[None, :, None]
     return jnp.where(match, idx, 0).sum(1, dtype=jnp.int32)
 
 
@@ -188,8 +200,9 @@ def _pushers_ahead(ar, ac, pusher, d: int) -> jax.Array:
     # Pointer jumping: each agent points at the pusher right ahead of it (or at itself) and
     # counts hops; ceil(log2 N) rounds of ptr = ptr[ptr] reach the end of every line.
     nxt = same_line & pusher[None] & (dist == 1)
-    has = nxt.any(1)
-    ptr = jnp.where(has, _index_of(nxt), jnp.arange(n, dtype=jnp.int32)[:, None])
+    ahead = _index_of(nxt, plus_one=True)  # one pass over the pairs: 1 + index, or 0
+    has = ahead > 0
+    ptr = jnp.where(has, ahead - 1, jnp.arange(n, dtype=jnp.int32)[:, None])
     hops = has.astype(jnp.int32)
     for _ in range(ceil_log2(n)):
         hops = hops + jnp.take_along_axis(hops, ptr, axis=0)
@@ -240,8 +253,12 @@ def push_phase(cfg: EnvConfig, keep, d: int, actions, ar, ac, br, bc, w, alive, 
     )
 
 
-def movement_phase(cfg: EnvConfig, actions, ar, ac, br, bc, w, alive, engaged):
-    """Moves every agent that is not engaged and not STAY, by rules 1-5 of DYNAMICS.md."""
+def movement_phase(cfg: EnvConfig, keep, actions, ar, ac, br, bc, w, alive, engaged):
+    """Moves every agent that is not engaged and not STAY, by rules 1-5 of DYNAMICS.md.
+
+    The path for more than 32 agents or 32 blocks; each pass over agent pairs is a region
+    of its own, and pairs are visited twice in all (rule 2 and "who stands on my target").
+    """
     n, k = ar.shape[0], cfg.grid_size
     tr = ar + jnp.where(actions == 1, -1, jnp.where(actions == 2, 1, 0))
     tc = ac + jnp.where(actions == 3, -1, jnp.where(actions == 4, 1, 0))
@@ -249,32 +266,40 @@ def movement_phase(cfg: EnvConfig, actions, ar, ac, br, bc, w, alive, engaged):
 
     # 1. walls and alive blocks
     outside = (tr < 0) | (tr >= k) | (tc < 0) | (tc >= k)
-    into_block = (_in_squares(tr, tc, br, bc, w) & alive[None]).any(1)
+    into_block = _region(keep, lambda *a: (_in_squares(*a[:5]) & a[5][None]).any(1), tr, tc, br, bc, w, alive)
     mover = mover & ~outside & ~into_block
+
     # 2. same target: the smallest id keeps its move
-    ids = jnp.arange(n)
-    lower_id = (ids[None, :] < ids[:, None])[:, :, None]
-    same = (tr[:, None] == tr[None]) & (tc[:, None] == tc[None]) & mover[None] & lower_id
-    mover = mover & ~same.any(1)
-    # 3. swaps
-    on_target = (tr[:, None] == ar[None]) & (tc[:, None] == ac[None])  # [i, j]: j stands on i's target
-    mover = mover & ~(on_target & jnp.swapaxes(on_target, 0, 1) & mover[None]).any(1)
+    def same_target(tr, tc, mover):
+        ids = jnp.arange(n)
+        lower_id = (ids[None, :] < ids[:, None])[:, :, None]
+        return mover & ~((tr[:, None] == tr[None]) & (tc[:, None] == tc[None]) & mover[None] & lower_id).any(1)
+
+    mover = _region(keep, same_target, tr, tc, mover)
+    # 3. swaps: the agent on my target targets my cell
+    occupant = _region(
+        keep, lambda tr, tc, ar, ac: _index_of((tr[:, None] == ar[None]) & (tc[:, None] == ac[None]), True), tr, tc, ar, ac
+    )  # 1 + the agent standing on my target, or 0
+    occ = jnp.maximum(occupant - 1, 0)
+    taken = occupant > 0
+    occ_moves = jnp.take_along_axis(mover, occ, axis=0) & taken
+    back = (jnp.take_along_axis(tr, occ, axis=0) == ar) & (jnp.take_along_axis(tc, occ, axis=0) == ac)
+    mover = mover & ~(occ_moves & back)
     # 4. blocked, to a fixed point. Movers' targets are distinct now, so following "who stands
     # on my target" gives simple lines (ending at a free cell or a stuck agent) and rotations
     # (which never end, and move).
     if n <= FIXPOINT_MAX_AGENTS:
         for _ in range(n - 1):
-            mover = _round(mover & ~(on_target & ~mover[None]).any(1))
+            mover = mover & ~(taken & ~jnp.take_along_axis(mover, occ, axis=0))
     else:
         free, stuck = n, n + 1
-        occupant = _index_of(on_target)
-        occupant_moves = jnp.take_along_axis(mover, occupant, axis=0)
-        ptr = jnp.where(on_target.any(1), jnp.where(occupant_moves, occupant, stuck), free)
+        occupant_moves = jnp.take_along_axis(mover, occ, axis=0)
+        ptr = jnp.where(taken, jnp.where(occupant_moves, occ, stuck), free)
         ptr = jnp.where(mover, ptr, stuck).astype(jnp.int32)
         ends = jnp.broadcast_to(jnp.array([[free], [stuck]], jnp.int32), (2,) + ptr.shape[1:])
         table = jnp.concatenate([ptr, ends], axis=0)
         for _ in range(ceil_log2(n)):
-            table = jnp.take_along_axis(table, table, axis=0)
+            table = _region(keep, lambda t: jnp.take_along_axis(t, t, axis=0), table)
         mover = mover & (table[:n] != stuck)
     # 5. everyone left moves at once
     return jnp.where(mover, tr, ar), jnp.where(mover, tc, ac)
@@ -351,24 +376,6 @@ def _compose_rows(rows: jax.Array) -> jax.Array:
     for y in range(rows.shape[0]):
         out = out | jnp.where(_has_bit(rows, y), rows[y][None], jnp.uint32(0))
     return out
-
-
-def _until_stable(fn, x):
-    """Applies ``fn`` until ``x`` stops changing (``fn`` must reach a fixed point).
-
-    A ``while_loop``: its carry is materialised at every round, and a batch stops as soon
-    as no environment changes any more, which for the short chains of a real world is
-    after a round or two, not after the worst case's B-1.
-    """
-
-    def again(carry):
-        return carry[1]
-
-    def round_(carry):
-        y = fn(carry[0])
-        return y, jnp.any(y != carry[0])
-
-    return lax.while_loop(again, round_, (x, jnp.array(True)))[0]
 
 
 def _pushers_ahead_folded(ar, ac, pusher, d: int) -> jax.Array:
@@ -584,8 +591,6 @@ def step_kernel(cfg: EnvConfig, ar, ac, br, bc, w, alive, actions):
             ar, ac, br, bc, engaged, moved, force = push_phase_folded(cfg, keep, d, actions, ar, ac, br, bc, w, alive, engaged, moved)
         else:
             ar, ac, br, bc, engaged, moved, force = push_phase(cfg, keep, d, actions, ar, ac, br, bc, w, alive, engaged, moved)
-            # Phase boundaries: left to itself XLA fuses across phases and recomputes work.
-            ar, ac, br, bc, engaged, moved, force = lax.optimization_barrier((ar, ac, br, bc, engaged, moved, force))
         forces.append(force)
     # Only a RIGHT push can bring a block into column K-1 (no alive block touches it
     # otherwise), and RIGHT is the last push phase, so delivering here is the same as
@@ -595,7 +600,7 @@ def step_kernel(cfg: EnvConfig, ar, ac, br, bc, w, alive, actions):
     if folded:
         ar, ac = movement_phase_folded(cfg, keep, actions, ar, ac, br, bc, w, alive, engaged)
     else:
-        ar, ac = movement_phase(cfg, actions, ar, ac, br, bc, w, alive, engaged)
+        ar, ac = movement_phase(cfg, keep, actions, ar, ac, br, bc, w, alive, engaged)
     events = {
         "block_moved": moved,  # bool[B] moved by a push this step
         "block_delivered": delivered,  # bool[B] delivered this step
