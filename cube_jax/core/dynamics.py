@@ -71,6 +71,34 @@ def _until_stable(fn, x):
     return lax.while_loop(again, round_, (x, jnp.array(True)))[0]
 
 
+FOLD_CHUNK = 32
+
+
+def _fold_over(count: int, term, combine, init):
+    """``combine(... combine(init, term(0)) ..., term(count - 1))``, elementwise.
+
+    Up to FOLD_CHUNK terms the fold is unrolled; beyond, a ``fori_loop`` runs over
+    chunks of FOLD_CHUNK unrolled terms (``term`` then also gets traced indices), which keeps
+    the program small for hundreds of agents.
+    """
+    if count <= FOLD_CHUNK:
+        acc = init
+        for j in range(count):
+            acc = combine(acc, term(j))
+        return acc
+    chunks = count // FOLD_CHUNK
+
+    def chunk(c, acc):
+        for u in range(FOLD_CHUNK):
+            acc = combine(acc, term(c * FOLD_CHUNK + u))
+        return acc
+
+    acc = lax.fori_loop(0, chunks, chunk, init)
+    for j in range(chunks * FOLD_CHUNK, count):
+        acc = combine(acc, term(j))
+    return acc
+
+
 # --- bit sets ------------------------------------------------------------------------------
 
 
@@ -185,11 +213,11 @@ def _pushers_ahead(ar, ac, pusher, d: int) -> jax.Array:
     """int32[N, E]: how many consecutive cells ahead of each agent, in d, hold pushers."""
     n = ar.shape[0]
     dr, dc = ACTION_DELTAS[d]
-    if dr:
-        same_line, dist = ac[None] == ac[:, None], (ar[None] - ar[:, None]) * dr
-    else:
-        same_line, dist = ar[None] == ar[:, None], (ac[None] - ac[:, None]) * dc
     if n <= BITSET_MAX_AGENTS:
+        if dr:
+            same_line, dist = ac[None] == ac[:, None], (ar[None] - ar[:, None]) * dr
+        else:
+            same_line, dist = ar[None] == ar[:, None], (ac[None] - ac[:, None]) * dc
         # Bit (dist-1) is set for every pusher at that distance ahead; the run of ones from
         # bit 0 is the line of pushers in front of the agent (count trailing ones).
         ahead = same_line & pusher[None] & (dist >= 1) & (dist <= 32)
@@ -199,8 +227,14 @@ def _pushers_ahead(ar, ac, pusher, d: int) -> jax.Array:
         return lax.population_count((gaps & (jnp.uint32(0) - gaps)) - jnp.uint32(1)).astype(jnp.int32)
     # Pointer jumping: each agent points at the pusher right ahead of it (or at itself) and
     # counts hops; ceil(log2 N) rounds of ptr = ptr[ptr] reach the end of every line.
-    nxt = same_line & pusher[None] & (dist == 1)
-    ahead = _index_of(nxt, plus_one=True)  # one pass over the pairs: 1 + index, or 0
+    def right_ahead(j):  # agents with pusher j on the next cell ahead get j + 1
+        if dr:
+            found = (ac[j][None] == ac) & ((ar[j][None] - ar) * dr == 1)
+        else:
+            found = (ar[j][None] == ar) & ((ac[j][None] - ac) * dc == 1)
+        return jnp.where(found & pusher[j][None], j + 1, 0)
+
+    ahead = _fold_over(n, right_ahead, jnp.maximum, jnp.zeros(ar.shape, jnp.int32))  # 1 + index, or 0
     has = ahead > 0
     ptr = jnp.where(has, ahead - 1, jnp.arange(n, dtype=jnp.int32)[:, None])
     hops = has.astype(jnp.int32)
@@ -271,15 +305,22 @@ def movement_phase(cfg: EnvConfig, keep, actions, ar, ac, br, bc, w, alive, enga
 
     # 2. same target: the smallest id keeps its move
     def same_target(tr, tc, mover):
-        ids = jnp.arange(n)
-        lower_id = (ids[None, :] < ids[:, None])[:, :, None]
-        return mover & ~((tr[:, None] == tr[None]) & (tc[:, None] == tc[None]) & mover[None] & lower_id).any(1)
+        ids = jnp.arange(n)[:, None]
+
+        def earlier_claim(j):  # mover j, with a smaller id, has my target
+            return (tr[j][None] == tr) & (tc[j][None] == tc) & mover[j][None] & (ids > j)
+
+        return mover & ~_fold_over(n, earlier_claim, jnp.logical_or, jnp.zeros(tr.shape, bool))
+
+    def occupants(tr, tc, ar, ac):
+        def stands_on_target(j):
+            return jnp.where((tr == ar[j][None]) & (tc == ac[j][None]), j + 1, 0)
+
+        return _fold_over(n, stands_on_target, jnp.maximum, jnp.zeros(tr.shape, jnp.int32))
 
     mover = _region(keep, same_target, tr, tc, mover)
     # 3. swaps: the agent on my target targets my cell
-    occupant = _region(
-        keep, lambda tr, tc, ar, ac: _index_of((tr[:, None] == ar[None]) & (tc[:, None] == ac[None]), True), tr, tc, ar, ac
-    )  # 1 + the agent standing on my target, or 0
+    occupant = _region(keep, occupants, tr, tc, ar, ac)  # 1 + the agent standing on my target, or 0
     occ = jnp.maximum(occupant - 1, 0)
     taken = occupant > 0
     occ_moves = jnp.take_along_axis(mover, occ, axis=0) & taken
