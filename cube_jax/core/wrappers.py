@@ -51,6 +51,11 @@ class AutoResetWrapper(Wrapper):
     rounds of R resets. The default R is ``max(4, E // 64)`` for a batch of E
     environments; it changes the cost only, never the result. Unbatched, the step resets
     through ``lax.cond``.
+
+    Under ``vmap`` the observation returned is ``env.observe`` of the state after the
+    resets, so a wrapper placed under this one that changes observations must change
+    ``observe`` alike. ``extras["final_observation"]`` is the step's own observation; when
+    it is used, the batch computes observations twice.
     """
 
     def __init__(self, env, resets_per_step: Optional[int] = None):
@@ -93,27 +98,36 @@ class AutoResetWrapper(Wrapper):
         finished = jnp.sum(done, dtype=jnp.int32)
         r = min(axis_size, self.resets_per_step or max(4, axis_size // 64))
 
-        def reset_round(carry):
-            start, state, observation = carry
-            # the finished environments ranked start .. start+R-1; index E (dropped) pads
+        def reset_rows(start, state):
+            """The fresh start states of the finished environments ranked start .. start+R-1
+            (index E pads a round with fewer, and is dropped when written)."""
             chosen = done & (rank >= start) & (rank < start + r)
             idx = jnp.nonzero(chosen, size=r, fill_value=axis_size)[0]
-            keys = state.key[jnp.minimum(idx, axis_size - 1)]
-            fresh_state, fresh_ts = jax.vmap(self._env.reset)(keys)
-            state = jax.tree.map(lambda old, new: old.at[idx].set(new, mode="drop"), state, fresh_state)
-            observation = observation.at[idx].set(fresh_ts.observation, mode="drop")
-            return start + r, state, observation
+            fresh_state, _ = jax.vmap(self._env.reset)(state.key[jnp.minimum(idx, axis_size - 1)])
+            return idx, fresh_state
 
-        def reset_finished(operand):
-            state, observation = operand
-            _, state, observation = lax.while_loop(
-                lambda carry: carry[0] < finished, reset_round, (jnp.int32(0), state, observation)
-            )
-            return state, observation
+        def write(rows, state):
+            idx, fresh_state = rows
+            return jax.tree.map(lambda old, new: old.at[idx].set(new, mode="drop"), state, fresh_state)
 
-        # The loop sits under a cond: entered only when something finished, it also costs far
-        # less on CPU than a bare loop (whose carry XLA copies at every step).
-        state, observation = lax.cond(finished > 0, reset_finished, lambda operand: operand, (state, ts.observation))
+        # First round: R resets inside a cond that returns only those R rows, written outside
+        # it, so that a step where nothing finished costs (almost) nothing.
+        no_rows = jax.tree.map(jnp.zeros_like, jax.eval_shape(lambda s: reset_rows(jnp.int32(0), s), state))
+        no_rows = (jnp.full((r,), axis_size, jnp.int32), no_rows[1])
+        state = write(lax.cond(finished > 0, lambda s: reset_rows(jnp.int32(0), s), lambda s: no_rows, state), state)
+
+        # More than R finished (all at once, e.g. at the first truncation of a run): further
+        # rounds, in a loop that does not run otherwise.
+        state = lax.while_loop(
+            lambda carry: carry[0] < finished,
+            lambda carry: (carry[0] + r, write(reset_rows(carry[0], carry[1]), carry[1])),
+            (jnp.int32(r), state),
+        )[1]
+        # The next observation is that of the state after the resets. Patching the fresh rows
+        # into the step's observation instead would copy the whole (large) observation at
+        # every step; this way the step's own observation is computed only when
+        # final_observation is used.
+        observation = jax.vmap(self._env.observe)(state)
         extras = dict(ts.extras, final_observation=ts.observation)
         out = (state, ts.replace(observation=observation, extras=extras))
         return out, jax.tree.map(lambda _: True, out)
