@@ -1,24 +1,32 @@
 """Throughput of the CUBE step: env-steps/s against the number of envs and n.
 
-Prints tables and writes ``benchmarks/results/throughput.json`` and a plot next to it.
-Every figure comes from this one run, so ratios between rows are meaningful even on a
-shared, noisy machine; absolute numbers are not.
+Prints tables and writes ``benchmarks/results/throughput.json`` with two plots next to it
+(env-steps/s against envs, agent-steps/s against n). Every figure comes from this one run,
+so ratios between rows are meaningful even on a shared, noisy machine; absolute numbers
+are not.
 
     python benchmarks/throughput.py            # full sweep (several minutes on 2 CPU cores)
     python benchmarks/throughput.py --quick    # small sweep, for a smoke check
 
 Sections
-  dynamics    random actions, no reset, no observation: the step rules alone
   reference   the plain-Python reference of DYNAMICS.md (tests/reference.py), one env
-  training    auto-reset (layout pool) + per-agent observations consumed, beside
-              Jumanji's LevelBasedForaging (20x20, 4 agents, 4 food) treated the same way
+  dynamics    random actions, no reset, no observation: the step rules alone; n from 1 to
+              256 with the batch shrinking as n grows (1024 envs at n = 8, 256 at 16, 64 at 32)
+  training    AutoResetWrapper + per-agent observations consumed, n = 4, 1024 envs, beside
+              Jumanji's LevelBasedForaging (20x20, 4 agents, 4 food) treated the same way:
+              a layout pool or a fresh layout for every episode (the default), vector or
+              egocentric observations; episode clocks start staggered, as in training, so
+              that episodes end at their natural rate (1 in max_steps env-steps); one row
+              with 32-step episodes shows the cost of frequent fresh resets
+  large n     n = 256, 64 envs, fresh layouts, egocentric observations, the same loop
   reset       cost of a reset alone: fresh curriculum draw vs pool gather
-  large       one jitted step of one env at large n (latency)
+  latency     one jitted step of one env at large n
 Memory is XLA's own estimate for the compiled rollout (arguments + outputs + temporaries).
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import platform
@@ -50,15 +58,50 @@ def _positive_ints(text: str) -> list:
 
 def _time(fn, *args, repeats: int):
     """(compile seconds, best seconds per call) of a jitted function."""
-    t0 = time.perf_counter()
-    jax.block_until_ready(fn(*args))
-    compile_s = time.perf_counter() - t0
+    compile_s = _compile(fn, *args)
     best = float("inf")
     for _ in range(repeats):
         t0 = time.perf_counter()
         jax.block_until_ready(fn(*args))
         best = min(best, time.perf_counter() - t0)
     return compile_s, best
+
+
+def _compile(fn, *args) -> float:
+    """Seconds of the first call (compile and one run)."""
+    t0 = time.perf_counter()
+    jax.block_until_ready(fn(*args))
+    return time.perf_counter() - t0
+
+
+@dataclasses.dataclass
+class Case:
+    """A compiled rollout waiting to be timed: ``fn(*args)`` makes ``env_steps`` env-steps."""
+
+    row: dict
+    fn: object
+    args: tuple
+    env_steps: int
+    agents: int = 0
+
+
+def measure(cases: list, repeats: int) -> list:
+    """Times every case ``repeats`` times round-robin and fills in the rates of its row.
+
+    The rounds interleave the cases so that a change of load on the shared machine during
+    the run hits all of them alike; each row keeps its best round.
+    """
+    best = [float("inf")] * len(cases)
+    for _ in range(repeats):
+        for i, case in enumerate(cases):
+            t0 = time.perf_counter()
+            jax.block_until_ready(case.fn(*case.args))
+            best[i] = min(best[i], time.perf_counter() - t0)
+    for case, seconds in zip(cases, best):
+        case.row["env_steps_per_s"] = case.env_steps / seconds
+        if case.agents:
+            case.row["agent_steps_per_s"] = case.env_steps * case.agents / seconds
+    return [case.row for case in cases]
 
 
 def _memory_bytes(fn, *args) -> int:
@@ -93,23 +136,25 @@ def dynamics_rollout(env, steps: int):
     return jax.jit(rollout)
 
 
-def bench_dynamics(n: int, num_envs: int, steps: int, repeats: int) -> dict:
+def n_sweep_envs(n: int) -> int:
+    """Vmapped environments for team size n in the n sweep: 1024 up to n = 8, then 2^16 / n^2."""
+    return max(1, min(1024, 2**16 // (n * n)))
+
+
+def dynamics_case(n: int, num_envs: int, steps: int) -> Case:
     env = cube_jax.make(n=n, pool_size=min(num_envs, 256))
     state, _ = jax.vmap(env.reset)(jax.random.split(jax.random.PRNGKey(0), num_envs))
     actions = _actions(jax.random.PRNGKey(1), ACTION_TABLE, num_envs, n)
     fn = dynamics_rollout(env, steps)
-    compile_s, best = _time(fn, state, actions, repeats=repeats)
-    rate = num_envs * steps / best
-    return {
+    row = {
         "n": n,
         "grid": env.grid_size,
         "blocks": env.num_blocks,
         "envs": num_envs,
-        "env_steps_per_s": rate,
-        "agent_steps_per_s": rate * n,
-        "compile_s": compile_s,
+        "compile_s": _compile(fn, state, actions),
         "memory_bytes": _memory_bytes(fn, state, actions),
     }
+    return Case(row, fn, (state, actions), num_envs * steps, agents=n)
 
 
 def bench_reference(n: int, seconds: float) -> dict:
@@ -140,39 +185,52 @@ def bench_reference(n: int, seconds: float) -> dict:
     return {"n": n, "envs": 1, "env_steps_per_s": steps / elapsed, "agent_steps_per_s": steps * n / elapsed}
 
 
-def bench_training_cube(n: int, num_envs: int, steps: int, repeats: int, observation: str, pool: int) -> dict:
-    env = AutoResetWrapper(cube_jax.make(n=n, pool_size=pool, observation=observation))
+def training_case(n: int, num_envs: int, steps: int, observation: str, pool: int, max_steps=None) -> Case:
+    """AutoResetWrapper around ``make(n=...)``: random actions, observations and rewards consumed."""
+    env = AutoResetWrapper(cube_jax.make(n=n, pool_size=pool, observation=observation, max_steps=max_steps))
     state, ts = jax.vmap(env.reset)(jax.random.split(jax.random.PRNGKey(0), num_envs))
+    # Staggered clocks, as a training run has after its first episodes: about num_envs / max_steps
+    # episodes end at every step instead of all of them at once every max_steps steps.
+    state = state.replace(t=jax.random.randint(jax.random.PRNGKey(2), state.t.shape, 0, env.max_steps, jnp.int32))
     actions = _actions(jax.random.PRNGKey(1), ACTION_TABLE, num_envs, n)
     step = jax.vmap(env.step)
 
     def rollout(state, actions):
         def body(carry, t):
-            s, acc = carry
+            s, acc, ends = carry
             s, ts = step(s, actions[t % ACTION_TABLE])
-            return (s, acc + ts.observation.sum() + ts.reward.sum()), None
+            done = (ts.terminated | ts.truncated).sum(dtype=jnp.int32)
+            return (s, acc + ts.observation.sum() + ts.reward.sum(), ends + done), None
 
-        (state, acc), _ = jax.lax.scan(body, (state, jnp.float32(0)), jnp.arange(steps))
-        return state, acc
+        (state, acc, ends), _ = jax.lax.scan(body, (state, jnp.float32(0), jnp.int32(0)), jnp.arange(steps))
+        return state, acc, ends
 
     fn = jax.jit(rollout)
-    compile_s, best = _time(fn, state, actions, repeats=repeats)
-    return {
-        "env": f"cube n={n} ({observation}, pool={pool or 'fresh'})",
+    compile_s = _compile(fn, state, actions)
+    episodes = int(fn(state, actions)[2])
+    layouts = f"pool={pool}" if pool else "fresh"
+    row = {
+        "env": f"cube n={n} ({observation}, {layouts}{'' if max_steps is None else f', {max_steps}-step episodes'})",
+        "n": n,
+        "observation": observation,
+        "layouts": layouts,
+        "max_steps": env.max_steps,
         "envs": num_envs,
         "obs_per_agent": int(np.prod(ts.observation.shape[2:])),
-        "env_steps_per_s": num_envs * steps / best,
+        "episodes_ended_per_1k_steps": 1000 * episodes / (num_envs * steps),
         "compile_s": compile_s,
     }
+    return Case(row, fn, (state, actions), num_envs * steps)
 
 
-def bench_training_lbf(num_envs: int, steps: int, repeats: int) -> dict:
+def lbf_case(num_envs: int, steps: int):
+    """Jumanji's LevelBasedForaging in the same loop, or None when jumanji is not installed."""
     try:
         import jumanji
         from jumanji.environments.routing.lbf.generator import RandomGenerator
         from jumanji.wrappers import AutoResetWrapper as JumanjiAutoReset
     except ImportError:
-        return {"env": "jumanji LevelBasedForaging", "skipped": "jumanji not installed (pip install -e '.[bench]')"}
+        return None
     env = jumanji.make(
         "LevelBasedForaging-v0",
         generator=RandomGenerator(grid_size=20, fov=20, num_agents=4, num_food=4, max_agent_level=2),
@@ -194,13 +252,12 @@ def bench_training_lbf(num_envs: int, steps: int, repeats: int) -> dict:
         return state, acc
 
     fn = jax.jit(rollout)
-    compile_s, best = _time(fn, state, actions, repeats=repeats)
-    return {
+    row = {
         "env": "jumanji LevelBasedForaging 20x20, 4 agents, 4 food",
         "envs": num_envs,
-        "env_steps_per_s": num_envs * steps / best,
-        "compile_s": compile_s,
+        "compile_s": _compile(fn, state, actions),
     }
+    return Case(row, fn, (state, actions), num_envs * steps)
 
 
 def bench_reset(n: int, num_envs: int, repeats: int) -> list:
@@ -267,13 +324,41 @@ def _plot(rows: list, path: Path) -> None:
     plt.close(fig)
 
 
+def _plot_scaling(rows: list, path: Path) -> None:
+    """Agent-steps/s of the step rules against n (the n sweep's batch sizes)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    pts = sorted((r["n"], r["agent_steps_per_s"], r["envs"]) for r in rows if r.get("n_sweep"))
+    fig, ax = plt.subplots(figsize=(6, 4))
+    ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o")
+    for n, rate, envs in pts:
+        ax.annotate(f"{envs}", (n, rate), textcoords="offset points", xytext=(0, 6), ha="center", fontsize=7)
+    base = next((p[1] for p in pts if p[0] == 4), None)
+    if base:
+        ax.axhline(base, color="grey", lw=0.8, ls="--", label="n = 4")
+        ax.axhline(base / 2, color="grey", lw=0.8, ls=":", label="half of n = 4")
+        ax.legend()
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("n (agents; the labels give the vmapped environments)")
+    ax.set_ylabel("agent-steps/s")
+    ax.set_title("CUBE step rules: agent-steps/s against team size")
+    ax.grid(True, which="both", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="a small sweep (smoke check)")
     parser.add_argument("--envs", type=_positive_ints, help="env counts for the n=4 sweep, e.g. 1,64,2048")
     parser.add_argument("--ns", type=_positive_ints, help="team sizes for the n sweep, e.g. 1,4,16,64")
     parser.add_argument("--steps", type=int, default=64, help="steps per timed rollout (default 64)")
-    parser.add_argument("--repeats", type=int, default=3, help="timed repeats; the best is kept (default 3)")
+    parser.add_argument("--repeats", type=int, default=5, help="timed rounds; the best is kept (default 5)")
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "throughput.json")
     args = parser.parse_args(argv)
     if args.steps < 1 or args.repeats < 1:
@@ -295,36 +380,61 @@ def main(argv=None) -> int:
     results["reference"] = [ref]
     print(_table("plain-Python reference (tests/reference.py), n=4, one env", [ref], ["n", "envs", "env_steps_per_s"]))
 
-    sweep = []
+    cases = []
     for e in env_counts:
-        sweep.append(bench_dynamics(4, e, steps, repeats))
-        sweep[-1]["x_reference"] = sweep[-1]["env_steps_per_s"] / ref["env_steps_per_s"]
-        print(f"  dynamics n=4 envs={e}: {sweep[-1]['env_steps_per_s']:.3e} env-steps/s", flush=True)
+        cases.append(dynamics_case(4, e, steps))
+        print(f"  compiled dynamics n=4 envs={e}", flush=True)
     for n in ns:
-        if n == 4:
-            continue
-        e = max(1, min(2048, 2 ** 16 // (n * n)))
-        sweep.append(bench_dynamics(n, e, steps if n <= 64 else 8, repeats))
-        sweep[-1]["x_reference"] = sweep[-1]["env_steps_per_s"] / ref["env_steps_per_s"]
-        print(f"  dynamics n={n} envs={e}: {sweep[-1]['env_steps_per_s']:.3e} env-steps/s", flush=True)
+        e = n_sweep_envs(n)
+        case = next((c for c in cases if c.row["n"] == n and c.row["envs"] == e), None)
+        if case is None:
+            case = dynamics_case(n, e, steps if n <= 64 else 8)
+            cases.append(case)
+            print(f"  compiled dynamics n={n} envs={e}", flush=True)
+        case.row["n_sweep"] = True
+    sweep = measure(cases, repeats)
+    base = next((r for r in sweep if r["n"] == 4 and r["envs"] == n_sweep_envs(4)), None)
+    for row in sweep:
+        row["x_reference"] = row["env_steps_per_s"] / ref["env_steps_per_s"]
+        if base:
+            row["x_n4_per_agent"] = row["agent_steps_per_s"] / base["agent_steps_per_s"]
     results["dynamics"] = sweep
-    cols = ["n", "grid", "blocks", "envs", "env_steps_per_s", "agent_steps_per_s", "x_reference", "compile_s", "memory_bytes"]
+    cols = ["n", "grid", "blocks", "envs", "env_steps_per_s", "agent_steps_per_s", "x_n4_per_agent", "x_reference",
+            "compile_s", "memory_bytes"]
     print(_table("dynamics: random actions, no reset, vmapped", sweep, cols))
 
     train_envs = 1024
-    training = [
-        bench_training_cube(4, train_envs, steps, repeats, "vector", 4096),
-        bench_training_cube(4, train_envs, steps, repeats, "egocentric", 4096),
-        bench_training_cube(4, train_envs, steps, repeats, "vector", 0),
-        bench_training_lbf(train_envs, steps, repeats),
+    cases = [
+        training_case(4, train_envs, steps, "vector", 4096),
+        training_case(4, train_envs, steps, "egocentric", 4096),
+        training_case(4, train_envs, steps, "vector", 0),
+        training_case(4, train_envs, steps, "egocentric", 0),
+        training_case(4, train_envs, steps, "vector", 0, max_steps=32),
     ]
+    lbf_ = lbf_case(train_envs, steps)
+    if lbf_ is not None:
+        cases.append(lbf_)
+    print("  compiled the training-shaped loops", flush=True)
+    training = measure(cases, repeats)
+    if lbf_ is None:
+        training.append({"env": "jumanji LevelBasedForaging", "skipped": "jumanji not installed (pip install -e '.[bench]')"})
     lbf = training[-1].get("env_steps_per_s")
     for row in training:
         if lbf and "env_steps_per_s" in row:
             row["x_lbf"] = row["env_steps_per_s"] / lbf
+        if row.get("observation") == "egocentric":
+            vector = next(r for r in training if r.get("observation") == "vector" and r["layouts"] == row["layouts"])
+            row["x_vector"] = row["env_steps_per_s"] / vector["env_steps_per_s"]
     results["training"] = training
     print(_table("training-shaped: auto-reset + observations consumed", training,
-                 ["env", "envs", "obs_per_agent", "env_steps_per_s", "x_lbf", "compile_s"]))
+                 ["env", "envs", "obs_per_agent", "env_steps_per_s", "x_lbf", "x_vector",
+                  "episodes_ended_per_1k_steps", "compile_s"]))
+
+    large_n, large_envs = (64, 16) if quick else (256, 64)
+    large_training = measure([training_case(large_n, large_envs, 8, "egocentric", 0)], repeats)
+    results["large_training"] = large_training
+    print(_table("large n, training-shaped: auto-reset, fresh layouts, egocentric observations consumed",
+                 large_training, ["env", "envs", "obs_per_agent", "env_steps_per_s", "compile_s"]))
 
     resets = bench_reset(4, 1024, repeats)
     results["reset"] = resets
@@ -341,7 +451,9 @@ def main(argv=None) -> int:
     args.out.write_text(json.dumps(results, indent=2))
     plot = args.out.with_suffix(".png")
     _plot(sweep, plot)
-    print(f"\nwrote {args.out} and {plot}")
+    scaling = args.out.with_name(args.out.stem + "_scaling.png")
+    _plot_scaling(sweep, scaling)
+    print(f"\nwrote {args.out}, {plot} and {scaling}")
     return 0
 
 

@@ -35,7 +35,7 @@ from jax import lax
 from jax.custom_batching import custom_vmap
 from jax.experimental.layout import Layout, with_layout_constraint
 
-from cube_jax.core.types import ACTION_DELTAS, DOWN, PUSH_ORDER, RIGHT, UP, EnvConfig, State
+from cube_jax.core.types import ACTION_DELTAS, DOWN, LEFT, PUSH_ORDER, RIGHT, UP, EnvConfig, State
 
 # Bit rows are used for relations while every block (agent) fits in one uint32 word.
 BITSET_MAX_BLOCKS = 32
@@ -43,6 +43,9 @@ BITSET_MAX_AGENTS = 32
 # Up to this many agents the blocked-mover rule is iterated to its fixed point directly;
 # above it, pointer jumping needs fewer rounds.
 FIXPOINT_MAX_AGENTS = 4
+FOLD_MAX_AGENTS = 32
+FOLD_MAX_BLOCKS = 32
+FOLDED = True
 
 
 def ceil_log2(x: int) -> int:
@@ -50,10 +53,50 @@ def ceil_log2(x: int) -> int:
     return max(0, int(x) - 1).bit_length()
 
 
-def _round(x):
-    """Ends one round of an unrolled fixed-point loop. Each round reads its carry twice; fused
-    across rounds, XLA recomputes every earlier round and the cost doubles per round."""
-    return lax.optimization_barrier(x)
+def _until_stable(fn, x):
+    """Applies ``fn`` until ``x`` stops changing (``fn`` must reach a fixed point).
+
+    A ``while_loop``: its carry is materialised at every round, and a batch stops as soon
+    as no environment changes any more, which for the short chains of a real world is
+    after a round or two, not after the worst case's B-1.
+    """
+
+    def again(carry):
+        return carry[1]
+
+    def round_(carry):
+        y = fn(carry[0])
+        return y, jnp.any(y != carry[0])
+
+    return lax.while_loop(again, round_, (x, jnp.array(True)))[0]
+
+
+FOLD_CHUNK = 32
+
+
+def _fold_over(count: int, term, combine, init):
+    """``combine(... combine(init, term(0)) ..., term(count - 1))``, elementwise.
+
+    Up to FOLD_CHUNK terms the fold is unrolled; beyond, a ``fori_loop`` runs over
+    chunks of FOLD_CHUNK unrolled terms (``term`` then also gets traced indices), which keeps
+    the program small for hundreds of agents.
+    """
+    if count <= FOLD_CHUNK:
+        acc = init
+        for j in range(count):
+            acc = combine(acc, term(j))
+        return acc
+    chunks = count // FOLD_CHUNK
+
+    def chunk(c, acc):
+        for u in range(FOLD_CHUNK):
+            acc = combine(acc, term(c * FOLD_CHUNK + u))
+        return acc
+
+    acc = lax.fori_loop(0, chunks, chunk, init)
+    for j in range(chunks * FOLD_CHUNK, count):
+        acc = combine(acc, term(j))
+    return acc
 
 
 # --- bit sets ------------------------------------------------------------------------------
@@ -100,28 +143,27 @@ def _composites_bits(front: jax.Array, pushed: jax.Array) -> Tuple[jax.Array, ja
     b = front.shape[0]
     front_rows = _rows_to_bits(front)  # uint32[B, E]
     movable = _set_to_bits(pushed)  # uint32[E]
-    for _ in range(b - 1):  # chains of "in front of" have at most B-1 hops
-        movable = _round(movable | _or_reduce(jnp.where(_bits_to_set(movable, b), front_rows, jnp.uint32(0)), 0))
+    # downstream hop by hop, then components by doubling, each to its fixed point
+    movable = _until_stable(lambda m: m | _or_reduce(jnp.where(_bits_to_set(m, b), front_rows, jnp.uint32(0)), 0), movable)
     in_v = _bits_to_set(movable, b)  # bool[B, E]
     eye = jnp.eye(b, dtype=bool)[:, :, None]
     touch = (front | jnp.swapaxes(front, 0, 1) | eye) & in_v[:, None] & in_v[None]
     comp = _rows_to_bits(touch)  # uint32[B, E]
-    for _ in range(ceil_log2(b - 1)):  # doubling: paths of up to B-1 hops
-        comp = _round(_or_reduce(jnp.where(_bits_to_rows(comp, b), comp[None], jnp.uint32(0)), 1))
+    comp = _until_stable(lambda c: _or_reduce(jnp.where(_bits_to_rows(c, b), c[None], jnp.uint32(0)), 1), comp)
     return _bits_to_rows(comp, b), in_v
 
 
 def _composites_dense(front: jax.Array, pushed: jax.Array) -> Tuple[jax.Array, jax.Array]:
     b = front.shape[0]
-    movable = pushed
-    for _ in range(b - 1):
-        movable = _round(movable | (movable[:, None] & front).any(0))
+    movable = _until_stable(lambda m: m | (m[:, None] & front).any(0), pushed)
     eye = jnp.eye(b, dtype=bool)[:, :, None]
     touch = (front | jnp.swapaxes(front, 0, 1) | eye) & movable[:, None] & movable[None]
-    for _ in range(ceil_log2(b - 1)):
-        t = touch.astype(jnp.float32)
-        touch = jnp.einsum("xye,yze->xze", t, t) > 0.5
-    return touch, movable
+
+    def square(rel):
+        t = rel.astype(jnp.float32)
+        return jnp.einsum("xye,yze->xze", t, t) > 0.5
+
+    return _until_stable(square, touch), movable
 
 
 def composites(front: jax.Array, pushed: jax.Array) -> Tuple[jax.Array, jax.Array]:
@@ -139,9 +181,10 @@ def composites(front: jax.Array, pushed: jax.Array) -> Tuple[jax.Array, jax.Arra
 # --- geometry ------------------------------------------------------------------------------
 
 
-def _index_of(match: jax.Array) -> jax.Array:
-    """int32[M, E]: the index of the (at most one) True entry along axis 1 of ``match`` [M, X, E]."""
-    idx = jnp.arange(match.shape[1], dtype=jnp.int32)[None, :, None]
+def _index_of(match: jax.Array, plus_one: bool = False) -> jax.Array:
+    """int32[M, E]: the index of the (at most one) True entry along axis 1 of ``match`` [M, X, E]
+    (``plus_one``: the index + 1, and 0 where there is none)."""
+    idx = jnp.arange(int(plus_one), match.shape[1] + int(plus_one), dtype=jnp.int32)[None, :, None]
     return jnp.where(match, idx, 0).sum(1, dtype=jnp.int32)
 
 
@@ -170,11 +213,11 @@ def _pushers_ahead(ar, ac, pusher, d: int) -> jax.Array:
     """int32[N, E]: how many consecutive cells ahead of each agent, in d, hold pushers."""
     n = ar.shape[0]
     dr, dc = ACTION_DELTAS[d]
-    if dr:
-        same_line, dist = ac[None] == ac[:, None], (ar[None] - ar[:, None]) * dr
-    else:
-        same_line, dist = ar[None] == ar[:, None], (ac[None] - ac[:, None]) * dc
     if n <= BITSET_MAX_AGENTS:
+        if dr:
+            same_line, dist = ac[None] == ac[:, None], (ar[None] - ar[:, None]) * dr
+        else:
+            same_line, dist = ar[None] == ar[:, None], (ac[None] - ac[:, None]) * dc
         # Bit (dist-1) is set for every pusher at that distance ahead; the run of ones from
         # bit 0 is the line of pushers in front of the agent (count trailing ones).
         ahead = same_line & pusher[None] & (dist >= 1) & (dist <= 32)
@@ -184,9 +227,16 @@ def _pushers_ahead(ar, ac, pusher, d: int) -> jax.Array:
         return lax.population_count((gaps & (jnp.uint32(0) - gaps)) - jnp.uint32(1)).astype(jnp.int32)
     # Pointer jumping: each agent points at the pusher right ahead of it (or at itself) and
     # counts hops; ceil(log2 N) rounds of ptr = ptr[ptr] reach the end of every line.
-    nxt = same_line & pusher[None] & (dist == 1)
-    has = nxt.any(1)
-    ptr = jnp.where(has, _index_of(nxt), jnp.arange(n, dtype=jnp.int32)[:, None])
+    def right_ahead(j):  # agents with pusher j on the next cell ahead get j + 1
+        if dr:
+            found = (ac[j][None] == ac) & ((ar[j][None] - ar) * dr == 1)
+        else:
+            found = (ar[j][None] == ar) & ((ac[j][None] - ac) * dc == 1)
+        return jnp.where(found & pusher[j][None], j + 1, 0)
+
+    ahead = _fold_over(n, right_ahead, jnp.maximum, jnp.zeros(ar.shape, jnp.int32))  # 1 + index, or 0
+    has = ahead > 0
+    ptr = jnp.where(has, ahead - 1, jnp.arange(n, dtype=jnp.int32)[:, None])
     hops = has.astype(jnp.int32)
     for _ in range(ceil_log2(n)):
         hops = hops + jnp.take_along_axis(hops, ptr, axis=0)
@@ -197,21 +247,27 @@ def _pushers_ahead(ar, ac, pusher, d: int) -> jax.Array:
 # --- phases --------------------------------------------------------------------------------
 
 
-def push_phase(cfg: EnvConfig, d: int, actions, ar, ac, br, bc, w, alive, engaged, moved):
+def push_phase(cfg: EnvConfig, keep, d: int, actions, ar, ac, br, bc, w, alive, engaged, moved):
     """One push phase in direction d on [X, E] arrays; returns them updated and F per block."""
     k = cfg.grid_size
     dr, dc = ACTION_DELTAS[d]
     pusher = actions == d
 
     # Agent chains: the first cell past a pusher's line of pushers must be a cell of block j.
-    run = _pushers_ahead(ar, ac, pusher, d) + 1
-    hit = _in_squares(ar + dr * run, ac + dc * run, br, bc, w) & alive[None] & pusher[:, None]  # [N, B, E]
+    # run, hit and agent_ahead are read many times: regions keep XLA from recomputing them
+    # (pointer jumping included) in every consumer.
+    run = _region(keep, lambda *a: _pushers_ahead(*a, d) + 1, ar, ac, pusher)
+
+    def chains(ar, ac, run, br, bc, w, alive, pusher):
+        return _in_squares(ar + dr * run, ac + dc * run, br, bc, w) & alive[None] & pusher[:, None]
+
+    hit = _region(keep, chains, ar, ac, run, br, bc, w, alive, pusher)  # [N, B, E]
     force = hit.sum(0, dtype=jnp.int32)  # F_j  [B, E]
 
     member, in_composite = composites(block_in_front(br, bc, w, alive, d), force > 0)
     tr, tc = br + dr, bc + dc
     outside = (tr < 0) | (tc < 0) | (tr + w > k) | (tc + w > k)
-    agent_ahead = _in_squares(ar, ac, tr, tc, w).any(0)
+    agent_ahead = _region(keep, lambda ar, ac, tr, tc, w: _in_squares(ar, ac, tr, tc, w).any(0), ar, ac, tr, tc, w)
     cannot_move = moved | outside | agent_ahead  # [B, E]
     total_force = jnp.where(member, force[None], 0).sum(1)
     total_weight = jnp.where(member, w[None], 0).sum(1)
@@ -231,8 +287,12 @@ def push_phase(cfg: EnvConfig, d: int, actions, ar, ac, br, bc, w, alive, engage
     )
 
 
-def movement_phase(cfg: EnvConfig, actions, ar, ac, br, bc, w, alive, engaged):
-    """Moves every agent that is not engaged and not STAY, by rules 1-5 of DYNAMICS.md."""
+def movement_phase(cfg: EnvConfig, keep, actions, ar, ac, br, bc, w, alive, engaged):
+    """Moves every agent that is not engaged and not STAY, by rules 1-5 of DYNAMICS.md.
+
+    The path for more than 32 agents or 32 blocks; each pass over agent pairs is a region
+    of its own, and pairs are visited twice in all (rule 2 and "who stands on my target").
+    """
     n, k = ar.shape[0], cfg.grid_size
     tr = ar + jnp.where(actions == 1, -1, jnp.where(actions == 2, 1, 0))
     tc = ac + jnp.where(actions == 3, -1, jnp.where(actions == 4, 1, 0))
@@ -240,34 +300,318 @@ def movement_phase(cfg: EnvConfig, actions, ar, ac, br, bc, w, alive, engaged):
 
     # 1. walls and alive blocks
     outside = (tr < 0) | (tr >= k) | (tc < 0) | (tc >= k)
-    into_block = (_in_squares(tr, tc, br, bc, w) & alive[None]).any(1)
+    into_block = _region(keep, lambda *a: (_in_squares(*a[:5]) & a[5][None]).any(1), tr, tc, br, bc, w, alive)
     mover = mover & ~outside & ~into_block
+
     # 2. same target: the smallest id keeps its move
-    ids = jnp.arange(n)
-    lower_id = (ids[None, :] < ids[:, None])[:, :, None]
-    same = (tr[:, None] == tr[None]) & (tc[:, None] == tc[None]) & mover[None] & lower_id
-    mover = mover & ~same.any(1)
-    # 3. swaps
-    on_target = (tr[:, None] == ar[None]) & (tc[:, None] == ac[None])  # [i, j]: j stands on i's target
-    mover = mover & ~(on_target & jnp.swapaxes(on_target, 0, 1) & mover[None]).any(1)
+    def same_target(tr, tc, mover):
+        ids = jnp.arange(n)[:, None]
+
+        def earlier_claim(j):  # mover j, with a smaller id, has my target
+            return (tr[j][None] == tr) & (tc[j][None] == tc) & mover[j][None] & (ids > j)
+
+        return mover & ~_fold_over(n, earlier_claim, jnp.logical_or, jnp.zeros(tr.shape, bool))
+
+    def occupants(tr, tc, ar, ac):
+        def stands_on_target(j):
+            return jnp.where((tr == ar[j][None]) & (tc == ac[j][None]), j + 1, 0)
+
+        return _fold_over(n, stands_on_target, jnp.maximum, jnp.zeros(tr.shape, jnp.int32))
+
+    mover = _region(keep, same_target, tr, tc, mover)
+    # 3. swaps: the agent on my target targets my cell
+    occupant = _region(keep, occupants, tr, tc, ar, ac)  # 1 + the agent standing on my target, or 0
+    occ = jnp.maximum(occupant - 1, 0)
+    taken = occupant > 0
+    occ_moves = jnp.take_along_axis(mover, occ, axis=0) & taken
+    back = (jnp.take_along_axis(tr, occ, axis=0) == ar) & (jnp.take_along_axis(tc, occ, axis=0) == ac)
+    mover = mover & ~(occ_moves & back)
     # 4. blocked, to a fixed point. Movers' targets are distinct now, so following "who stands
     # on my target" gives simple lines (ending at a free cell or a stuck agent) and rotations
     # (which never end, and move).
     if n <= FIXPOINT_MAX_AGENTS:
         for _ in range(n - 1):
-            mover = _round(mover & ~(on_target & ~mover[None]).any(1))
+            mover = mover & ~(taken & ~jnp.take_along_axis(mover, occ, axis=0))
     else:
         free, stuck = n, n + 1
-        occupant = _index_of(on_target)
-        occupant_moves = jnp.take_along_axis(mover, occupant, axis=0)
-        ptr = jnp.where(on_target.any(1), jnp.where(occupant_moves, occupant, stuck), free)
+        occupant_moves = jnp.take_along_axis(mover, occ, axis=0)
+        ptr = jnp.where(taken, jnp.where(occupant_moves, occ, stuck), free)
         ptr = jnp.where(mover, ptr, stuck).astype(jnp.int32)
         ends = jnp.broadcast_to(jnp.array([[free], [stuck]], jnp.int32), (2,) + ptr.shape[1:])
         table = jnp.concatenate([ptr, ends], axis=0)
         for _ in range(ceil_log2(n)):
-            table = jnp.take_along_axis(table, table, axis=0)
+            table = _region(keep, lambda t: jnp.take_along_axis(t, t, axis=0), table)
         mover = mover & (table[:n] != stuck)
     # 5. everyone left moves at once
+    return jnp.where(mover, tr, ar), jnp.where(mover, tc, ac)
+
+
+# --- the folded kernel (up to 32 agents and 32 blocks) ------------------------------------
+#
+# XLA on CPU emits a reduction over a small entity axis as an inner loop per output
+# element; LLVM vectorises across the environment axis only when it unrolls that loop
+# completely, which it stops doing once the fused loop body grows (at about 8 agents and
+# 11 blocks the whole kernel fell back to scalar code, 20x slower per agent). The folded
+# kernel has no reductions: every relation is a Python-unrolled fold of elementwise
+# ``[X, E]`` terms, one term per entity, which always vectorises. Left alone, XLA would
+# then fuse each fold into every consumer and recompute it there (a fold read B times
+# costs B times); so every value read more than once is computed inside a *region*, a
+# ``lax.cond`` on a predicate that is always true, whose result XLA must materialise.
+# (``lax.optimization_barrier`` does not do this on CPU: it is removed before fusion.)
+
+
+def _region_call(fn):
+    """``fn`` run inside a region (see above); the first argument is the region predicate."""
+
+    @custom_vmap
+    def call(keep, *args):
+        return lax.cond(keep, lambda a: fn(*a), lambda a: jax.tree.map(jnp.zeros_like, jax.eval_shape(fn, *a)), args)
+
+    @call.def_vmap
+    def _vmap_rule(axis_size, in_batched, keep, *args):
+        # Under a further vmap (seeds x envs) the predicate stays one scalar, so the region
+        # stays a real branch instead of turning into a select of both sides.
+        keep = jnp.all(keep) if in_batched[0] else keep
+        axes = [jax.tree.map(lambda b: 0 if b else None, b) for b in in_batched[1:]]
+        batched_fn = jax.vmap(fn, in_axes=tuple(axes))
+        out = lax.cond(
+            keep,
+            lambda a: batched_fn(*a),
+            lambda a: jax.tree.map(jnp.zeros_like, jax.eval_shape(batched_fn, *a)),
+            args,
+        )
+        return out, jax.tree.map(lambda _: True, out)
+
+    return call
+
+
+def _region(keep: jax.Array, fn, *args):
+    return _region_call(fn)(keep, *args)
+
+
+def _bit(i: int) -> jax.Array:
+    return jnp.uint32(1 << i)
+
+
+def _has_bit(words: jax.Array, i) -> jax.Array:
+    """bool: bit i (static int or int array) of uint32 ``words``."""
+    return ((words >> jnp.asarray(i, jnp.uint32)) & 1) != 0
+
+
+def _fold_bits(flags) -> jax.Array:
+    """uint32 word with bit i set where ``flags[i]`` (a list of bool arrays of one shape)."""
+    out = jnp.zeros(flags[0].shape, jnp.uint32)
+    for i, f in enumerate(flags):
+        out = out | jnp.where(f, _bit(i), jnp.uint32(0))
+    return out
+
+
+def _row_bits(term, count: int) -> jax.Array:
+    """uint32[X, E] bit rows: bit y of row x set where ``term(y)`` (bool[X, E]) holds at x."""
+    return _fold_bits([term(y) for y in range(count)])
+
+
+def _compose_rows(rows: jax.Array) -> jax.Array:
+    """Bit rows of the relation composed with itself: row x ORs the rows of every y in row x."""
+    out = jnp.zeros_like(rows)
+    for y in range(rows.shape[0]):
+        out = out | jnp.where(_has_bit(rows, y), rows[y][None], jnp.uint32(0))
+    return out
+
+
+def _pushers_ahead_folded(ar, ac, pusher, d: int) -> jax.Array:
+    """:func:`_pushers_ahead` as a fold over the agents standing ahead."""
+    dr, dc = ACTION_DELTAS[d]
+    bits = jnp.zeros(ar.shape, jnp.uint32)
+    for m in range(ar.shape[0]):
+        if dr:
+            same_line, dist = ac[m][None] == ac, (ar[m][None] - ar) * dr
+        else:
+            same_line, dist = ar[m][None] == ar, (ac[m][None] - ac) * dc
+        ahead = same_line & pusher[m][None] & (dist >= 1) & (dist <= 32)
+        bits = bits | jnp.where(ahead, jnp.left_shift(jnp.uint32(1), jnp.clip(dist - 1, 0, 31).astype(jnp.uint32)), 0)
+    gaps = ~bits
+    return lax.population_count((gaps & (jnp.uint32(0) - gaps)) - jnp.uint32(1)).astype(jnp.int32)
+
+
+def _chain_targets(d: int, ar, ac, run, pusher, br, bc, w, alive) -> jax.Array:
+    """int32[N, E]: 1 + the block holding the cell ``run`` cells ahead of each pusher, or 0."""
+    dr, dc = ACTION_DELTAS[d]
+    tr, tc = ar + dr * run, ac + dc * run
+    target = jnp.zeros(ar.shape, jnp.int32)
+    for j in range(br.shape[0]):
+        inside = (tr >= br[j]) & (tr < br[j] + w[j]) & (tc >= bc[j]) & (tc < bc[j] + w[j]) & alive[j]
+        target = jnp.where(inside, j + 1, target)
+    return jnp.where(pusher, target, 0)
+
+
+def _forces(target: jax.Array, b: int) -> jax.Array:
+    """int32[B, E]: F_j, the number of agents in chains on block j."""
+    ids = jnp.arange(1, b + 1, dtype=jnp.int32)[:, None]
+    force = jnp.zeros((b,) + target.shape[1:], jnp.int32)
+    for n in range(target.shape[0]):
+        force = force + (target[n][None] == ids).astype(jnp.int32)
+    return force
+
+
+def _front_rows(d: int, br, bc, w, alive) -> jax.Array:
+    """uint32[B, E] bit rows: bit k of row j when alive block k is in front of alive block j
+    in direction d (see :func:`block_in_front`)."""
+    a, x = (br, bc) if d in (UP, DOWN) else (bc, br)
+    forward = d in (DOWN, RIGHT)
+    a_end, x_end = a + w, x + w
+
+    def in_front(k):
+        touching = (a[k] == a_end) if forward else (a_end[k] == a)
+        return touching & (x[k] < x_end) & (x < x_end[k]) & alive[k]
+
+    return _row_bits(in_front, br.shape[0]) & jnp.where(alive, ~jnp.uint32(0), jnp.uint32(0))
+
+
+def _touch_rows(front: jax.Array) -> jax.Array:
+    """uint32[B, E]: the contact relation made undirected (front or its transpose), plus self."""
+    b = front.shape[0]
+    rows = jnp.arange(b)[:, None]
+    behind = _fold_bits([_has_bit(front[k][None], rows) for k in range(b)])  # bit k of row j: j in front of k
+    return front | behind | jnp.left_shift(jnp.uint32(1), rows.astype(jnp.uint32))
+
+
+def _downstream_of(movable, front) -> jax.Array:
+    """uint32[E]: ``movable`` and every block directly in front of one of them."""
+    out = movable
+    for j in range(front.shape[0]):
+        out = out | jnp.where(_has_bit(movable, j), front[j], jnp.uint32(0))
+    return out
+
+
+def _block_moves(movable, comp, stuck, force, w) -> Tuple[jax.Array, jax.Array]:
+    """(bool[B, E] blocks whose composite moves, uint32[E] the same as a bit set): in V, the
+    composite's force at least its weight, and no block of it stuck."""
+    b = comp.shape[0]
+    surplus = jnp.zeros(comp.shape, jnp.int32)  # composite force minus composite weight
+    for j in range(b):
+        surplus = surplus + jnp.where(_has_bit(comp, j), force[j] - w[j], 0)
+    stuck_bits = _fold_bits(list(stuck))
+    in_v = _has_bit(movable[None], jnp.arange(b)[:, None])
+    moves = in_v & (surplus >= 0) & ((comp & stuck_bits[None]) == 0)
+    return moves, _fold_bits(list(moves))
+
+
+def _stuck(d: int, k: int, ar, ac, br, bc, w, moved) -> jax.Array:
+    """bool[B, E]: block j cannot move (moved already, would leave the grid, agent ahead)."""
+    dr, dc = ACTION_DELTAS[d]
+    tr, tc = br + dr, bc + dc
+    agent_ahead = jnp.zeros(br.shape, bool)
+    for n in range(ar.shape[0]):
+        agent_ahead = agent_ahead | ((ar[n] >= tr) & (ar[n] < tr + w) & (ac[n] >= tc) & (ac[n] < tc + w))
+    outside = (tr < 0) | (tc < 0) | (tr + w > k) | (tc + w > k)
+    return moved | outside | agent_ahead
+
+
+def push_phase_folded(cfg: EnvConfig, keep, d: int, actions, ar, ac, br, bc, w, alive, engaged, moved):
+    """:func:`push_phase` for up to 32 agents and 32 blocks, as folds in regions.
+
+    Every value read more than once comes out of a region; independent values share one.
+    """
+    b = br.shape[0]
+    dr, dc = ACTION_DELTAS[d]
+    pusher = actions == d
+
+    def start(ar, ac, pusher, br, bc, w, alive, moved):
+        run = _pushers_ahead_folded(ar, ac, pusher, d) + 1
+        return run, _front_rows(d, br, bc, w, alive), _stuck(d, cfg.grid_size, ar, ac, br, bc, w, moved)
+
+    run, front, stuck = _region(keep, start, ar, ac, pusher, br, bc, w, alive, moved)
+    target = _region(keep, functools.partial(_chain_targets, d), ar, ac, run, pusher, br, bc, w, alive)
+    force, touch = _region(keep, lambda t, f: (_forces(t, b), _touch_rows(f)), target, front)
+    # V: the pushed blocks and everything downstream of them, hop by hop
+    movable = _until_stable(lambda m: _downstream_of(m, front), _fold_bits(list(force > 0)))
+    # composites: connected components of the contact graph inside V, by doubling
+    in_v = jnp.where(_has_bit(movable[None], jnp.arange(b)[:, None]), movable[None], jnp.uint32(0))
+    comp = _until_stable(_compose_rows, touch & in_v)
+    block_moves, moves_bits = _region(keep, _block_moves, movable, comp, stuck, force, w)
+    agent_moves = (target > 0) & _has_bit(moves_bits[None], jnp.maximum(target - 1, 0))
+    step_b, step_a = block_moves.astype(jnp.int32), agent_moves.astype(jnp.int32)
+    return (
+        ar + dr * step_a,
+        ac + dc * step_a,
+        br + dr * step_b,
+        bc + dc * step_b,
+        engaged | (target > 0),
+        moved | block_moves,
+        force,
+    )
+
+
+def _walls_and_blocks(k: int, tr, tc, mover, br, bc, w, alive):
+    """Rule 1 of the movement phase: movers whose target is off the grid or in a block fail."""
+    outside = (tr < 0) | (tr >= k) | (tc < 0) | (tc >= k)
+    into_block = jnp.zeros(tr.shape, bool)
+    for j in range(br.shape[0]):
+        into_block = into_block | ((tr >= br[j]) & (tr < br[j] + w[j]) & (tc >= bc[j]) & (tc < bc[j] + w[j]) & alive[j])
+    return mover & ~outside & ~into_block
+
+
+def _same_target(tr, tc, mover):
+    """Rule 2: among movers with the same target, the smallest id keeps its move."""
+    ids = jnp.arange(tr.shape[0])[:, None]
+    lost = jnp.zeros(tr.shape, bool)
+    for m in range(tr.shape[0]):
+        lost = lost | ((ids > m) & mover[m] & (tr[m] == tr) & (tc[m] == tc))
+    return mover & ~lost
+
+
+def _swaps(ar, ac, tr, tc, mover):
+    """Rule 3 (two movers targeting each other's cells fail), and per agent 1 + the agent
+    standing on its target cell (0: none)."""
+    swap = jnp.zeros(tr.shape, bool)
+    occupant = jnp.zeros(tr.shape, jnp.int32)
+    for m in range(tr.shape[0]):
+        on_target = (tr == ar[m]) & (tc == ac[m])  # agent m stands on my target
+        swap = swap | (on_target & (tr[m] == ar) & (tc[m] == ac) & mover[m])
+        occupant = jnp.where(on_target, m + 1, occupant)
+    return mover & ~swap, occupant
+
+
+def _occupant_moves(mover, occupant):
+    """bool[N, E]: the agent standing on my target is a mover."""
+    out = jnp.zeros(mover.shape, bool)
+    for m in range(mover.shape[0]):
+        out = out | ((occupant == m + 1) & mover[m])
+    return out
+
+
+def _unblocked_round(mover, occupant):
+    """One round of rule 4: a mover whose target holds an agent that is not moving fails."""
+    return mover & ~((occupant > 0) & ~_occupant_moves(mover, occupant))
+
+
+def _jump(ptr):
+    """Pointer jumping: ptr[i] <- ptr[ptr[i]] (entries past the agents point at themselves)."""
+    out = ptr
+    for m in range(ptr.shape[0]):
+        out = jnp.where(ptr == m, ptr[m], out)
+    return out
+
+
+def movement_phase_folded(cfg: EnvConfig, keep, actions, ar, ac, br, bc, w, alive, engaged):
+    """:func:`movement_phase` for up to 32 agents, as folds in regions."""
+    n = ar.shape[0]
+    tr = ar + jnp.where(actions == 1, -1, jnp.where(actions == 2, 1, 0))
+    tc = ac + jnp.where(actions == 3, -1, jnp.where(actions == 4, 1, 0))
+    mover = ~engaged & (actions != 0)
+    mover = _region(keep, functools.partial(_walls_and_blocks, cfg.grid_size), tr, tc, mover, br, bc, w, alive)
+    mover = _region(keep, _same_target, tr, tc, mover)
+    mover, occupant = _region(keep, _swaps, ar, ac, tr, tc, mover)
+    # 4. blocked, to a fixed point (see movement_phase)
+    if n <= FIXPOINT_MAX_AGENTS:
+        mover = _until_stable(lambda m: _unblocked_round(m, occupant), mover)
+    else:
+        free, stuck = n, n + 1
+        occupant_moves = _region(keep, _occupant_moves, mover, occupant)
+        ptr = jnp.where(occupant > 0, jnp.where(occupant_moves, occupant - 1, stuck), free)
+        ptr = _until_stable(_jump, jnp.where(mover, ptr, stuck).astype(jnp.int32))
+        mover = mover & (ptr != stuck)
     return jnp.where(mover, tr, ar), jnp.where(mover, tc, ac)
 
 
@@ -281,17 +625,23 @@ def step_kernel(cfg: EnvConfig, ar, ac, br, bc, w, alive, actions):
     engaged = jnp.zeros(ar.shape, bool)
     moved = jnp.zeros(br.shape, bool)
     forces = []
+    folded = FOLDED and ar.shape[0] <= FOLD_MAX_AGENTS and br.shape[0] <= FOLD_MAX_BLOCKS
+    keep = jnp.any((actions | 1) != 0)  # always True: the region predicate
     for d in PUSH_ORDER:
-        ar, ac, br, bc, engaged, moved, force = push_phase(cfg, d, actions, ar, ac, br, bc, w, alive, engaged, moved)
-        # Phase boundaries: left to itself XLA fuses across phases and recomputes work.
-        ar, ac, br, bc, engaged, moved, force = lax.optimization_barrier((ar, ac, br, bc, engaged, moved, force))
+        if folded:
+            ar, ac, br, bc, engaged, moved, force = push_phase_folded(cfg, keep, d, actions, ar, ac, br, bc, w, alive, engaged, moved)
+        else:
+            ar, ac, br, bc, engaged, moved, force = push_phase(cfg, keep, d, actions, ar, ac, br, bc, w, alive, engaged, moved)
         forces.append(force)
     # Only a RIGHT push can bring a block into column K-1 (no alive block touches it
     # otherwise), and RIGHT is the last push phase, so delivering here is the same as
     # delivering after every phase.
     delivered = alive & (bc + w - 1 >= cfg.grid_size - 1)
     alive = alive & ~delivered
-    ar, ac = movement_phase(cfg, actions, ar, ac, br, bc, w, alive, engaged)
+    if folded:
+        ar, ac = movement_phase_folded(cfg, keep, actions, ar, ac, br, bc, w, alive, engaged)
+    else:
+        ar, ac = movement_phase(cfg, keep, actions, ar, ac, br, bc, w, alive, engaged)
     events = {
         "block_moved": moved,  # bool[B] moved by a push this step
         "block_delivered": delivered,  # bool[B] delivered this step

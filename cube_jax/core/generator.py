@@ -84,46 +84,213 @@ def _valid_top_left(occupied: jax.Array, w: jax.Array) -> jax.Array:
     return (box == 0) & fits[:, None] & fits[None, :]
 
 
-def _place_blocks(key: jax.Array, weights: jax.Array, k: int) -> Tuple[jax.Array, jax.Array]:
-    """Sequential placement. Returns (int32[B, 2] top-left cells, bool[] every block placed)."""
+# --- placement by rejection ---------------------------------------------------------------
+#
+# A candidate top-left cell is drawn uniformly among the cells where the block fits off the
+# border (rows and columns 1 .. k-1-w) and kept if it clears every earlier block grown by
+# one cell: two interval tests per earlier block, no K x K grid. The first kept candidate of
+# a stream of independent uniform candidates is uniform over the valid cells, which is the
+# documented rule. Candidates come in rounds of a fixed size per block; after
+# REJECTION_ROUNDS rounds without a valid one (rare: a crowded grid) the block is placed by
+# the exact grid test instead, which also detects a block with no valid cell at all. Mixing
+# the two keeps the distribution exact: whichever way a block is placed, every valid cell is
+# equally likely. Later rounds, the grid test and a retried layout sit in ``while_loop``s,
+# so under ``vmap`` a batch pays for them only when one of its layouts needs them.
+#
+# Random words: the first round of every block (and the agents' rows) comes from a single
+# ``jax.random.bits`` call, since each call of the counter-based generator costs a loop of
+# its own on CPU. A 16-bit half of a word becomes a value below S by multiply-and-shift;
+# the few values that would make that biased are discarded like any rejected candidate
+# (see _uniform_below), so candidates are exactly uniform.
+REJECTION_ROUNDS = 4
+MAX_CANDIDATES = 32
+ROUND_FAILURE = 1e-4
+
+
+def candidates_per_round(weights: Tuple[int, ...], k: int) -> Tuple[int, ...]:
+    """Static number of candidates drawn per round for each block.
+
+    From a lower bound on the share of valid cells (every earlier block forbids at most a
+    ``(w_j + w + 1)^2`` square of top-left cells), enough candidates that a round fails
+    with probability at most ROUND_FAILURE, between 2 and MAX_CANDIDATES. A batch runs a
+    second round when any of its layouts needs one, so the first round must almost
+    always be enough.
+    """
+    out = []
+    for i, w in enumerate(weights):
+        span = k - 1 - w
+        forbidden = sum((wj + w + 1) ** 2 for wj in weights[:i])
+        p = 1.0 - forbidden / max(span * span, 1)
+        if p >= 1.0:
+            out.append(2)
+        elif p <= 0.0:
+            out.append(MAX_CANDIDATES)
+        else:
+            out.append(int(min(MAX_CANDIDATES, max(2, math.ceil(math.log(ROUND_FAILURE) / math.log(1.0 - p))))))
+    return tuple(out)
+
+
+def _uniform_below(half_words: jax.Array, size, threshold) -> Tuple[jax.Array, jax.Array]:
+    """(int32 value in 0..size-1, bool usable) from 16-bit random values (uint32 < 2^16).
+
+    Multiply-and-shift with rejection: x * size spreads 2^16 values over size bins; the
+    ``threshold = 2^16 mod size`` lowest remainders are dropped, so every usable value is
+    exactly uniform (size <= 2^16).
+    """
+    m = half_words * size
+    return (m >> 16).astype(jnp.int32), (m & 0xFFFF) >= threshold
+
+
+def _halves(words: jax.Array) -> Tuple[jax.Array, jax.Array]:
+    """The high and low 16 bits of uint32 words."""
+    return words >> 16, words & 0xFFFF
+
+
+def _clear_of(cand: jax.Array, w, pos: jax.Array, weights: jax.Array, placed: jax.Array) -> jax.Array:
+    """bool[T]: candidates int32[T, 2] whose w x w square clears every placed block grown by one.
+
+    ``pos`` int32[B, 2] and ``weights`` int32[B] of all blocks, ``placed`` bool[B] those to test.
+    """
+    # [r, r+w-1] meets [rj-1, rj+wj] iff rj - w <= r <= rj + wj (same for columns)
+    near = (cand[:, None] >= pos[None] - w) & (cand[:, None] <= pos[None] + weights[None, :, None])  # [T, B, 2]
+    return ~jnp.any(near[..., 0] & near[..., 1] & placed[None], axis=1)
+
+
+def _place_exact(key: jax.Array, pos: jax.Array, weights: jax.Array, placed: jax.Array, w, k: int):
+    """A w x w block uniformly among its valid cells by the grid test: (int32[2], bool[] some cell valid)."""
     idx = jnp.arange(k)
+    rows = (idx[None] >= pos[:, :1]) & (idx[None] < pos[:, :1] + weights[:, None]) & placed[:, None]  # [B, K]
+    cols = (idx[None] >= pos[:, 1:]) & (idx[None] < pos[:, 1:] + weights[:, None])
+    occupied = jnp.any(rows[:, :, None] & cols[:, None, :], axis=0)
+    valid = _valid_top_left(occupied, w)
+    flat = jax.random.categorical(key, jnp.where(valid.reshape(-1), 0.0, -jnp.inf))
+    return jnp.stack([flat // k, flat % k]).astype(jnp.int32), valid.any()
 
-    def place(carry, inputs):
-        occupied, ok = carry
-        w, sub = inputs
-        valid = _valid_top_left(occupied, w)
-        logits = jnp.where(valid.reshape(-1), 0.0, -jnp.inf)
-        flat = jax.random.categorical(sub, logits)
-        r, c = flat // k, flat % k
-        cover = ((idx >= r) & (idx < r + w))[:, None] & ((idx >= c) & (idx < c + w))[None, :]
-        return (occupied | cover, ok & valid.any()), jnp.stack([r, c]).astype(jnp.int32)
 
-    keys = jax.random.split(key, weights.shape[0])
-    (_, ok), pos = lax.scan(place, (jnp.zeros((k, k), bool), jnp.array(True)), (weights, keys))
+def _place_blocks(key: jax.Array, words: jax.Array, weights: Tuple[int, ...], k: int) -> Tuple[jax.Array, jax.Array]:
+    """Sequential placement, heaviest first, one ``lax.scan`` step per block.
+
+    ``words`` uint32[B, T] feed every block's first round (block i uses its first
+    ``candidates_per_round(...)[i]`` words); ``key`` feeds the rare later rounds and grid
+    tests. Returns (int32[B, 2] top-left cells, bool[] every block placed).
+    """
+    b, t = words.shape
+    spans = [k - 1 - w for w in weights]  # top-left rows (and columns) 1 .. k-1-w: off the border
+    if min(spans) < 1:
+        raise ValueError(f"a block of weight {max(weights)} does not fit off the border of a {k}x{k} grid")
+    xs = {
+        "i": jnp.arange(b, dtype=jnp.int32),
+        "w": jnp.asarray(weights, jnp.int32),
+        "span": jnp.asarray(spans, jnp.int32),
+        "count": jnp.asarray(candidates_per_round(weights, k), jnp.int32),
+        "threshold": jnp.asarray([2**16 % s for s in spans], jnp.uint32),
+        "words": words,
+    }
+    all_weights = xs["w"]
+
+    def place(carry, x):
+        pos, ok = carry
+        placed = jnp.arange(b) < x["i"]
+        span = x["span"]
+
+        def try_round(round_words, found, cell):
+            # one word per candidate: row from its high half, column from its low half
+            high, low = _halves(round_words)
+            size = span.astype(jnp.uint32)
+            row, row_ok = _uniform_below(high, size, x["threshold"])
+            col, col_ok = _uniform_below(low, size, x["threshold"])
+            cand = 1 + jnp.stack([row, col], axis=1)
+            usable = row_ok & col_ok & (jnp.arange(t) < x["count"])
+            clear = usable & _clear_of(cand, x["w"], pos, all_weights, placed)
+            cell = jnp.where(found, cell, cand[jnp.argmax(clear)])
+            return found | clear.any(), cell
+
+        def next_round(carry):
+            rounds, found, cell = carry
+            round_key = jax.random.fold_in(key, x["i"] * REJECTION_ROUNDS + rounds)
+            return (rounds + 1,) + try_round(jax.random.bits(round_key, (t,), jnp.uint32), found, cell)
+
+        found, cell = try_round(x["words"], jnp.array(False), jnp.zeros((2,), jnp.int32))
+        _, found, cell = lax.while_loop(
+            lambda c: (~c[1]) & (c[0] < REJECTION_ROUNDS), next_round, (jnp.int32(1), found, cell)
+        )
+
+        def exact(carry):
+            done, found, cell = carry
+            # Reading the loop-carried flag (False whenever the body runs) keeps XLA from
+            # hoisting the grid test out of the loop, where it would run for every layout.
+            exact_key = jax.random.fold_in(key, b * REJECTION_ROUNDS + x["i"] + done.astype(jnp.int32))
+            exact_cell, any_valid = _place_exact(exact_key, jnp.where(done, 0, pos), all_weights, placed, x["w"], k)
+            return jnp.array(True), found | any_valid, jnp.where(found, cell, exact_cell)
+
+        _, found, cell = lax.while_loop(lambda c: ~c[0], exact, (found, found, cell))
+        return (pos.at[x["i"]].set(cell), ok & found), None
+
+    (pos, ok), _ = lax.scan(place, (jnp.zeros((b, 2), jnp.int32), jnp.array(True)), xs)
     return pos, ok
+
+
+def _agent_draws(n: int, k: int) -> int:
+    """Random words used for the agents' rows (0: a permutation instead)."""
+    return 0 if 2 * n > k else 2 * n + 8
+
+
+def _agent_rows(key: jax.Array, words: jax.Array, n: int, k: int) -> jax.Array:
+    """int32[n]: n distinct rows of 0..k-1, a uniformly random ordered choice.
+
+    For small teams the rows are the first n distinct usable values of ``words`` (the first
+    n distinct values of an i.i.d. uniform stream are a uniform ordered sample without
+    replacement); if the words hold fewer, or for larger teams, a permutation from ``key``.
+    """
+    if not _agent_draws(n, k):
+        return jax.random.permutation(key, k)[:n].astype(jnp.int32)
+    v, usable = _uniform_below(_halves(words)[0], jnp.uint32(k), jnp.uint32(2**16 % k))
+    m = v.shape[0]
+    earlier = jnp.tril(jnp.ones((m, m), bool), -1)
+    new = usable & ~jnp.any((v[:, None] == v[None, :]) & earlier & usable[None, :], axis=1)
+    rank = jnp.cumsum(new) - 1  # position among the distinct values
+    slot = new[:, None] & (rank[:, None] == jnp.arange(n)[None, :])  # [m, n]
+    rows = jnp.sum(jnp.where(slot, v[:, None], 0), axis=0)
+
+    def permute(carry):
+        done, rows = carry
+        perm = jax.random.permutation(jax.random.fold_in(key, done.astype(jnp.uint32)), k)[:n]
+        return jnp.array(True), jnp.where(done, rows, perm.astype(jnp.int32))
+
+    _, rows = lax.while_loop(lambda c: ~c[0], permute, (rank[-1] >= n - 1, rows))
+    return rows
 
 
 def sample_layout(key: jax.Array, n: int, weights: Tuple[int, ...]):
     """Jittable curriculum layout: (agent_pos int32[n, 2], block_pos int32[B, 2], ok bool[]).
 
     Retries placement with fresh keys until it succeeds (at most PLACEMENT_ATTEMPTS).
+    The same key always gives the same layout, batched or not.
     """
     k = grid_size_for(n)
-    w = jnp.asarray(weights, jnp.int32)
-    agent_key, block_key = jax.random.split(key)
-    rows = jax.random.permutation(agent_key, k)[:n]
+    weights = tuple(int(w) for w in weights)
+    agent_words = _agent_draws(n, k)
+    block_words = len(weights) * max(candidates_per_round(weights, k))
+    words = jax.random.bits(key, (agent_words + block_words,), jnp.uint32)
+    agent_key, block_key = jax.random.fold_in(key, 1), jax.random.fold_in(key, 2)
+    rows = _agent_rows(agent_key, words[:agent_words], n, k)
     agent_pos = jnp.stack([rows, jnp.zeros_like(rows)], axis=1).astype(jnp.int32)
 
     def retry(carry):
-        attempt, sub, _, _ = carry
-        sub, use = jax.random.split(sub)
-        pos, ok = _place_blocks(use, w, k)
-        return attempt + 1, sub, pos, ok
+        attempt, _, _ = carry
+        # attempt 0 uses the words drawn above; a retried layout draws its own
+        attempt_key = jax.random.fold_in(block_key, attempt)
+        fresh = jax.random.bits(jax.random.fold_in(attempt_key, 0), (block_words,), jnp.uint32)
+        attempt_words = jnp.where(attempt == 0, words[agent_words:], fresh)
+        pos, ok = _place_blocks(
+            jax.random.fold_in(attempt_key, 1), attempt_words.reshape(len(weights), -1), weights, k
+        )
+        return attempt + 1, pos, ok
 
     def again(carry):
-        attempt, _, _, ok = carry
+        attempt, _, ok = carry
         return (~ok) & (attempt < PLACEMENT_ATTEMPTS)
 
-    init = (jnp.int32(0), block_key, jnp.zeros((len(weights), 2), jnp.int32), jnp.array(False))
-    _, _, block_pos, ok = lax.while_loop(again, retry, init)
+    init = (jnp.int32(0), jnp.zeros((len(weights), 2), jnp.int32), jnp.array(False))
+    _, block_pos, ok = lax.while_loop(again, retry, init)
     return agent_pos, block_pos, ok

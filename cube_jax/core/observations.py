@@ -24,7 +24,7 @@ import functools
 import jax
 import jax.numpy as jnp
 
-from cube_jax.core.dynamics import env_first, env_last, vmap_as_batch
+from cube_jax.core.dynamics import _region, env_first, env_last, vmap_as_batch
 from cube_jax.core.types import EnvConfig, State
 
 OBSERVATION_FORMS = ("vector", "egocentric", "grid")
@@ -60,17 +60,9 @@ def grid_observation(state: State) -> jax.Array:
     return jnp.stack([agent, weight, goal, agent_id, block_id], axis=-1)
 
 
-def _own_features(cfg: EnvConfig, state: State) -> jax.Array:
-    """float32[N, 3 + N]: own row, own col, time fraction and the one-hot agent id."""
-    n = cfg.num_agents
-    scale = jnp.float32(max(cfg.grid_size - 1, 1))
-    pos = state.agent_pos.astype(jnp.float32) / scale
-    t = jnp.broadcast_to(state.t.astype(jnp.float32) / cfg.max_steps, (n, 1))
-    return jnp.concatenate([pos, t, jnp.eye(n, dtype=jnp.float32)], axis=1)
-
-
 def _vector_kernel(cfg: EnvConfig, ar, ac, br, bc, w, alive, t) -> jax.Array:
-    """float32[N, D, E] on environment-last arrays ([N, E], [B, E], [E]); see the module doc."""
+    """float32[N, D - N, E] on environment-last arrays ([N, E], [B, E], [E]): the vector form
+    without its leading one-hot agent id (see the module doc)."""
     n, b, k = cfg.num_agents, cfg.num_blocks, cfg.grid_size
     e = t.shape[-1]
     f32 = jnp.float32
@@ -89,7 +81,6 @@ def _vector_kernel(cfg: EnvConfig, ar, ac, br, bc, w, alive, t) -> jax.Array:
     ) * live[:, :, None]  # [N, B, 5, E]
     agent_features = jnp.stack([(ar[None] - ar[:, None]) / k, (ac[None] - ac[:, None]) / k], axis=2)  # [N, N, 2, E]
     own = [
-        jnp.broadcast_to(jnp.eye(n, dtype=f32)[:, :, None], (n, n, e)),
         (ar / scale)[:, None],
         (ac / scale)[:, None],
         jnp.broadcast_to((t.astype(f32) / cfg.max_steps)[None, None], (n, 1, e)),
@@ -111,30 +102,106 @@ def vector_observation(cfg: EnvConfig, state: State) -> jax.Array:
         env_last(state.block_alive, lead, 1),
         env_last(state.t, lead, 0),
     )
-    return env_first(obs, lead)
+    return jnp.concatenate([_one_hot_ids(cfg.num_agents, lead), env_first(obs, lead)], axis=-1)
+
+
+def _one_hot_ids(n: int, lead: tuple) -> jax.Array:
+    """float32[*lead, N, N]: the one-hot agent ids, the same in every environment, so they
+    are written straight into the output instead of going through the environment-last kernel."""
+    return jnp.broadcast_to(jnp.eye(n, dtype=jnp.float32), lead + (n, n))
+
+
+# Up to this many agents the agent channel of the egocentric view compares every agent with
+# every window row (a fold over agents); above it, agents are written into an occupancy grid
+# once and every window is read from it.
+EGO_FOLD_MAX_AGENTS = 32
+
+
+def _ego_agent_rows(cfg: EnvConfig, ar, ac, rows, cols) -> jax.Array:
+    """uint32[N, S, E]: bit j of row i set where window cell (i, j) holds an agent
+    (rows/cols: int32[N, S, E] the window's grid rows and columns)."""
+    n, e = ar.shape
+    size = rows.shape[1]
+    bits = jnp.left_shift(jnp.uint32(1), jnp.arange(size, dtype=jnp.uint32))[None, None, :, None]
+    if n > EGO_FOLD_MAX_AGENTS:
+        k, r = cfg.grid_size, cfg.view_radius
+        env = jnp.arange(e)
+        grid = jnp.zeros((k + 2 * r, k + 2 * r, e), jnp.uint8).at[ar + r, ac + r, env[None]].set(1)
+        window = grid[(rows + r)[:, :, None], (cols + r)[:, None, :], env[None, None, None]]  # [N, S, S, E]
+        return jnp.sum(jnp.where(window > 0, bits, jnp.uint32(0)), axis=2, dtype=jnp.uint32)
+    left = cols[:, :1]  # [N, 1, E] the window's first column
+    row_bits = jnp.zeros(rows.shape, jnp.uint32)
+    for m in range(n):
+        offset = ac[m][None, None] - left
+        seen = (rows == ar[m]) & (offset >= 0) & (offset < size)
+        row_bits = row_bits | jnp.where(seen, jnp.left_shift(jnp.uint32(1), offset.astype(jnp.uint32)), 0)
+    return row_bits
+
+
+def _ego_block_spans(rows, cols, br, bc, w, alive) -> tuple:
+    """(bool[N, B, S, E] window row i crosses alive block b, bool[N, B, S, E] window column j
+    crosses block b)."""
+    in_rows = (rows[:, None] >= br[None, :, None]) & (rows[:, None] < (br + w)[None, :, None]) & alive[None, :, None]
+    in_cols = (cols[:, None] >= bc[None, :, None]) & (cols[:, None] < (bc + w)[None, :, None])
+    return in_rows, in_cols
+
+
+def _ego_weight_channel(in_rows, in_cols, w) -> jax.Array:
+    """float32[N, S, S, E]: weight of the alive block covering each window cell, else 0."""
+    n, b, size, e = in_rows.shape
+    weight = jnp.zeros((n, size, size, e), jnp.float32)
+    wf = w.astype(jnp.float32)
+    for j in range(b):  # blocks never overlap: at most one term is non-zero
+        weight = weight + jnp.where(in_rows[:, j, :, None] & in_cols[:, j, None, :], wf[j], 0.0)
+    return weight
+
+
+def _egocentric_kernel(cfg: EnvConfig, ar, ac, br, bc, w, alive, t) -> jax.Array:
+    """float32[N, D - N, E] on environment-last arrays ([N, E], [B, E], [E]): the egocentric
+    form without its one-hot agent id (see the module doc)."""
+    n, k, r = cfg.num_agents, cfg.grid_size, cfg.view_radius
+    e = t.shape[-1]
+    f32 = jnp.float32
+    offsets = jnp.arange(-r, r + 1, dtype=jnp.int32)[None, :, None]
+    rows, cols = ar[:, None] + offsets, ac[:, None] + offsets  # int32[N, S, E]
+    row_inside, col_inside = (rows >= 0) & (rows < k), (cols >= 0) & (cols < k)
+    # Each channel in a region of its own: fused into the concatenation below, every output
+    # element would evaluate its channel's fold through a chain of index tests.
+    keep = jnp.any((t | 1) != 0)  # always True: the region predicate
+    agent_rows = _region(keep, functools.partial(_ego_agent_rows, cfg), ar, ac, rows, cols)
+    shifts = jnp.arange(2 * r + 1, dtype=jnp.uint32)[None, None, :, None]
+    agent = ((agent_rows[:, :, None] >> shifts) & 1).astype(f32)
+    spans = _region(keep, _ego_block_spans, rows, cols, br, bc, w, alive)
+    weight = _region(keep, _ego_weight_channel, *spans, w)
+    weight = weight / jnp.max(w, axis=0).astype(f32)
+    inside = row_inside[:, :, None] & col_inside[:, None, :]
+    wall = (~inside).astype(f32)
+    goal = (row_inside[:, :, None] & (cols == k - 1)[:, None, :]).astype(f32)
+    window = jnp.stack([agent, weight, wall, goal], axis=3)  # [N, S, S, 4, E]
+    scale = f32(max(k - 1, 1))
+    own = [
+        (ar.astype(f32) / scale)[:, None],
+        (ac.astype(f32) / scale)[:, None],
+        jnp.broadcast_to((t.astype(f32) / cfg.max_steps)[None, None], (n, 1, e)),
+    ]
+    return jnp.concatenate([window.reshape(n, -1, e)] + own, axis=1)
 
 
 def egocentric_observation(cfg: EnvConfig, state: State) -> jax.Array:
-    k, r = cfg.grid_size, cfg.view_radius
-    rows, cols = _block_cover(state, k)
-    w = state.block_weight.astype(jnp.float32)
-    weight = jnp.einsum("rb,cb,b->rc", rows, cols, w) / jnp.max(w)
-    ar, ac = state.agent_pos[:, 0], state.agent_pos[:, 1]
-    agent = jnp.zeros((k, k), jnp.float32).at[ar, ac].set(1.0)
-    goal = jnp.zeros((k, k), jnp.float32).at[:, k - 1].set(1.0)
-    inside = jnp.zeros((k, k), jnp.float32)
-    planes = jnp.stack([agent, weight, inside, goal], axis=-1)
-    # Pad by r on every side; the padding is wall (channel 2 = 1).
-    pad_value = jnp.array([0.0, 0.0, 1.0, 0.0], jnp.float32)
-    padded = jnp.broadcast_to(pad_value, (k + 2 * r, k + 2 * r, EGO_CHANNELS))
-    padded = jax.lax.dynamic_update_slice(padded, planes, (r, r, 0))
-    size = 2 * r + 1
-
-    def window(pos):
-        return jax.lax.dynamic_slice(padded, (pos[0], pos[1], 0), (size, size, EGO_CHANNELS))
-
-    views = jax.vmap(window)(state.agent_pos).reshape(cfg.num_agents, -1)
-    return jnp.concatenate([views, _own_features(cfg, state)], axis=1)
+    """The "egocentric" form for one state or a batch with any leading axes."""
+    lead = state.t.shape
+    pos, bpos = env_last(state.agent_pos, lead, 2), env_last(state.block_pos, lead, 2)
+    obs = _egocentric_kernel(
+        cfg,
+        pos[:, 0],
+        pos[:, 1],
+        bpos[:, 0],
+        bpos[:, 1],
+        env_last(state.block_weight, lead, 1),
+        env_last(state.block_alive, lead, 1),
+        env_last(state.t, lead, 0),
+    )
+    return jnp.concatenate([env_first(obs, lead), _one_hot_ids(cfg.num_agents, lead)], axis=-1)
 
 
 def agent_grid_observation(cfg: EnvConfig, state: State) -> jax.Array:
@@ -147,17 +214,18 @@ def agent_grid_observation(cfg: EnvConfig, state: State) -> jax.Array:
 def observe(cfg: EnvConfig, state: State) -> jax.Array:
     """The per-agent observation selected by ``cfg.observation``."""
     if cfg.observation == "vector":
-        return _batched_vector_observation(cfg)(state)
+        return _batched_form(cfg, vector_observation)(state)
     if cfg.observation == "egocentric":
-        return egocentric_observation(cfg, state)
+        return _batched_form(cfg, egocentric_observation)(state)
     if cfg.observation == "grid":
         return agent_grid_observation(cfg, state)
     raise ValueError(f"observation: unknown form {cfg.observation!r}; expected one of {OBSERVATION_FORMS}")
 
 
 @functools.lru_cache(maxsize=None)
-def _batched_vector_observation(cfg: EnvConfig):
-    return vmap_as_batch(functools.partial(vector_observation, cfg))
+def _batched_form(cfg: EnvConfig, form):
+    """``form(cfg, state)`` whose ``jax.vmap`` computes the whole batch in one environment-last kernel."""
+    return vmap_as_batch(functools.partial(form, cfg))
 
 
 def observation_shape(cfg: EnvConfig) -> tuple:

@@ -3,15 +3,17 @@
 Both keep the pure ``reset(key)`` / ``step(state, actions)`` signatures, so they stack
 and vmap like the base environment::
 
-    env = LogWrapper(AutoResetWrapper(cube_jax.make(n=4, pool_size=4096)))
+    env = LogWrapper(AutoResetWrapper(cube_jax.make(n=4)))
 """
 from __future__ import annotations
 
-from typing import Tuple
+from typing import Optional, Tuple
 
 import jax
 import jax.numpy as jnp
 from flax import struct
+from jax import lax
+from jax.custom_batching import custom_vmap
 
 from cube_jax.core.types import State, TimeStep
 
@@ -36,24 +38,99 @@ class AutoResetWrapper(Wrapper):
     The returned timestep keeps the ending step's reward, ``terminated`` and
     ``truncated`` (so terminated and truncated stay apart for bootstrapping), while its
     ``observation`` is the first observation of the new episode. The last observation of
-    the old episode is in ``extras["final_observation"]``. Under ``vmap`` a reset is
-    computed at every step and selected, so use a cheap reset (``pool_size``).
+    the old episode is in ``extras["final_observation"]``.
+
+    The new episode is always ``env.reset(state.key)`` with the key of the episode that
+    ended, so it is exactly the episode a plain per-environment reset would start (same
+    layout, same distribution, no correlation between environments), and its state holds
+    a fresh key for the episode after it.
+
+    Cost under ``jax.vmap``: the batched step resets only the environments that finished,
+    ``resets_per_step`` (R) of them at a time. A step where no environment finished
+    computes no reset at all; a step where more than R finished runs ceil(finished / R)
+    rounds of R resets. The default R is ``max(4, E // 64)`` for a batch of E
+    environments; it changes the cost only, never the result. Unbatched, the step resets
+    through ``lax.cond``.
+
+    Under ``vmap`` the observation returned is ``env.observe`` of the state after the
+    resets, so a wrapper placed under this one that changes observations must change
+    ``observe`` alike. ``extras["final_observation"]`` is the step's own observation; when
+    it is used, the batch computes observations twice.
     """
 
+    def __init__(self, env, resets_per_step: Optional[int] = None):
+        super().__init__(env)
+        if resets_per_step is not None and (
+            not isinstance(resets_per_step, int) or isinstance(resets_per_step, bool) or resets_per_step < 1
+        ):
+            raise ValueError(f"AutoResetWrapper: resets_per_step must be an integer >= 1, got {resets_per_step!r}")
+        self.resets_per_step = resets_per_step
+        self._auto_step = custom_vmap(self._step_one)
+        self._auto_step.def_vmap(self._step_batch)
+
     def step(self, state: State, actions) -> Tuple[State, TimeStep]:
-        state, ts = self._env.step(state, actions)
-        # The candidate next episode comes from the state's key; reset stores a fresh key
-        # in the state it returns, so every episode of a run starts from a new key.
-        reset_state, reset_ts = self._env.reset(state.key)
-        done = ts.terminated | ts.truncated
-        state = jax.tree.map(lambda r, s: jnp.where(done, r, s), reset_state, state)
-        extras = dict(ts.extras, final_observation=ts.observation)
-        observation = jax.tree.map(lambda r, s: jnp.where(done, r, s), reset_ts.observation, ts.observation)
-        return state, ts.replace(observation=observation, extras=extras)
+        return self._auto_step(state, actions)
 
     def reset(self, key):
         state, ts = self._env.reset(key)
         return state, ts.replace(extras=dict(ts.extras, final_observation=ts.observation))
+
+    # -- one environment -------------------------------------------------------------------
+    def _step_one(self, state, actions):
+        state, ts = self._env.step(state, actions)
+
+        def start_next(_):
+            next_state, next_ts = self._env.reset(state.key)
+            return next_state, next_ts.observation
+
+        state, observation = lax.cond(ts.terminated | ts.truncated, start_next, lambda _: (state, ts.observation), None)
+        return state, ts.replace(observation=observation, extras=dict(ts.extras, final_observation=ts.observation))
+
+    # -- a batch: reset only the environments that finished -----------------------------------
+    def _step_batch(self, axis_size, in_batched, state, actions):
+        state, actions = (
+            jax.tree.map(lambda x, b: x if b else jnp.broadcast_to(x, (axis_size,) + jnp.shape(x)), arg, batched)
+            for arg, batched in zip((state, actions), in_batched)
+        )
+        state, ts = jax.vmap(self._env.step)(state, actions)
+        done = ts.terminated | ts.truncated  # bool[E]
+        rank = jnp.cumsum(done) - 1  # rank of each finished environment among the finished
+        finished = jnp.sum(done, dtype=jnp.int32)
+        r = min(axis_size, self.resets_per_step or max(4, axis_size // 64))
+
+        def reset_rows(start, state):
+            """The fresh start states of the finished environments ranked start .. start+R-1
+            (index E pads a round with fewer, and is dropped when written)."""
+            chosen = done & (rank >= start) & (rank < start + r)
+            idx = jnp.nonzero(chosen, size=r, fill_value=axis_size)[0]
+            fresh_state, _ = jax.vmap(self._env.reset)(state.key[jnp.minimum(idx, axis_size - 1)])
+            return idx, fresh_state
+
+        def write(rows, state):
+            idx, fresh_state = rows
+            return jax.tree.map(lambda old, new: old.at[idx].set(new, mode="drop"), state, fresh_state)
+
+        # First round: R resets inside a cond that returns only those R rows, written outside
+        # it, so that a step where nothing finished costs (almost) nothing.
+        no_rows = jax.tree.map(jnp.zeros_like, jax.eval_shape(lambda s: reset_rows(jnp.int32(0), s), state))
+        no_rows = (jnp.full((r,), axis_size, jnp.int32), no_rows[1])
+        state = write(lax.cond(finished > 0, lambda s: reset_rows(jnp.int32(0), s), lambda s: no_rows, state), state)
+
+        # More than R finished (all at once, e.g. at the first truncation of a run): further
+        # rounds, in a loop that does not run otherwise.
+        state = lax.while_loop(
+            lambda carry: carry[0] < finished,
+            lambda carry: (carry[0] + r, write(reset_rows(carry[0], carry[1]), carry[1])),
+            (jnp.int32(r), state),
+        )[1]
+        # The next observation is that of the state after the resets. Patching the fresh rows
+        # into the step's observation instead would copy the whole (large) observation at
+        # every step; this way the step's own observation is computed only when
+        # final_observation is used.
+        observation = jax.vmap(self._env.observe)(state)
+        extras = dict(ts.extras, final_observation=ts.observation)
+        out = (state, ts.replace(observation=observation, extras=extras))
+        return out, jax.tree.map(lambda _: True, out)
 
 
 @struct.dataclass
