@@ -26,9 +26,12 @@ def reference_world(lay, env):
     )
 
 
-@pytest.mark.parametrize("scenario", ["hard", "n4"])
+@pytest.mark.parametrize("scenario", ["hard", "n4", "n8"])
 def test_scanned_vmapped_rollout_matches_reference(scenario):
-    env = cube_jax.make(n=4, pool_size=16) if scenario == "n4" else cube_jax.make("hard", max_steps=25)
+    if scenario == "hard":
+        env = cube_jax.make("hard", max_steps=25)
+    else:  # n = 8: 11 blocks, beyond the random worlds of the property tests
+        env = cube_jax.make(n=int(scenario[1:]), pool_size=16)
     n = env.num_agents
     states, _ = jax.vmap(env.reset)(jax.random.split(jax.random.PRNGKey(3), ENVS))
     # pushes into neighbouring blocks are frequent: bias actions towards RIGHT

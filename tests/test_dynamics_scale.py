@@ -1,8 +1,10 @@
 """The code paths for large teams against the reference.
 
-More than 32 agents switches agent chains and blocked movers to pointer jumping, and
-more than 32 blocks switches composites to boolean matrix products; the random-world
-test in test_dynamics_property.py only reaches the bit-row paths.
+More than 32 agents or 32 blocks switches the step to the large kernel (pointer jumping
+for agent chains and blocked movers, boolean matrix products for composites); the
+random-world test in test_dynamics_property.py only reaches the folded kernel with at
+most 10 agents and 8 blocks, so a crowded world of 24 agents and 20 blocks checks the
+folded kernel near its limits too.
 """
 import random
 
@@ -13,27 +15,35 @@ from tests import reference as ref
 from tests.test_dynamics_property import DIRECTIONS, choose_actions, compare_episode, place_agents, place_blocks
 
 K, N_AGENTS, N_BLOCKS = 16, 40, 34
-assert N_AGENTS > dynamics.BITSET_MAX_AGENTS and N_AGENTS > dynamics.FIXPOINT_MAX_AGENTS
-assert N_BLOCKS > dynamics.BITSET_MAX_BLOCKS
+assert N_AGENTS > dynamics.FOLD_MAX_AGENTS and N_AGENTS > dynamics.FIXPOINT_MAX_AGENTS
+assert N_BLOCKS > dynamics.FOLD_MAX_BLOCKS
+MEDIUM = (14, 24, 20)  # K, agents, blocks: the folded kernel with more than 8 blocks
+assert MEDIUM[1] <= dynamics.FOLD_MAX_AGENTS and MEDIUM[2] <= dynamics.FOLD_MAX_BLOCKS
 
 
-def crowded_world(seed: int):
+def crowded_world(seed: int, k: int = K, n_agents: int = N_AGENTS, n_blocks: int = N_BLOCKS):
     rnd = random.Random(seed)
     main = rnd.choice(DIRECTIONS)
     for _ in range(50):
-        blocks = place_blocks(rnd, K, N_BLOCKS, main, 2)
+        blocks = place_blocks(rnd, k, n_blocks, main, 2)
         if blocks is None:
             continue
-        agents = place_agents(rnd, K, blocks, N_AGENTS, main)
+        agents = place_agents(rnd, k, blocks, n_agents, main)
         if agents is not None:
-            world = ref.World(K=K, agents=agents, blocks=[[r, c, w, True] for r, c, w in blocks], max_steps=60)
+            world = ref.World(K=k, agents=agents, blocks=[[r, c, w, True] for r, c, w in blocks], max_steps=60)
             return world, main, rnd
-    raise AssertionError(f"seed {seed}: could not place {N_BLOCKS} blocks and {N_AGENTS} agents on {K}x{K}")
+    raise AssertionError(f"seed {seed}: could not place {n_blocks} blocks and {n_agents} agents on {k}x{k}")
 
 
 @pytest.mark.parametrize("seed", range(6))
 def test_large_team_paths_match_reference(seed):
     world, main, rnd = crowded_world(seed)
+    compare_episode(world, [lambda w: choose_actions(rnd, w, main)] * 12)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_crowded_folded_kernel_matches_reference(seed):
+    world, main, rnd = crowded_world(seed, *MEDIUM)
     compare_episode(world, [lambda w: choose_actions(rnd, w, main)] * 12)
 
 

@@ -13,10 +13,15 @@ independent of the grid size:
 * movement: blocked movers are resolved by iterating the rule to its fixed point (small
   N) or by pointer jumping along "the agent standing on my target".
 
+Two kernels compute this: the *folded* one for up to 32 agents and 32 blocks, where every
+relation is an unrolled fold of elementwise operations over one entity axis and every
+value read more than once is materialised in a *region* (see the section comment below
+and docs/dynamics.md), and the *large* one for bigger worlds.
+
 Layout. The kernel works on arrays whose LAST axis runs over environments: agent rows
-are ``int32[N, E]``, pair relations ``bool[N, B, E]`` and so on. Reductions then run over
-leading (entity) axes and vectorise across environments; with the environment axis first,
-XLA on CPU reduces each tiny entity axis separately and is an order of magnitude slower.
+are ``int32[N, E]``, pair relations ``bool[N, B, E]`` and so on, so every operation
+vectorises across environments; with the environment axis first, XLA on CPU works on
+each tiny entity axis separately and is an order of magnitude slower.
 :func:`step_state` accepts one state or a batch with any leading axes and moves the
 environment axis last internally; :func:`batched_step` is the same function with a
 ``jax.vmap`` rule that sends the whole batch through the kernel at once.
@@ -35,7 +40,7 @@ from jax import lax
 from jax.custom_batching import custom_vmap
 from jax.experimental.layout import Layout, with_layout_constraint
 
-from cube_jax.core.types import ACTION_DELTAS, DOWN, LEFT, PUSH_ORDER, RIGHT, UP, EnvConfig, State
+from cube_jax.core.types import ACTION_DELTAS, DOWN, PUSH_ORDER, RIGHT, UP, EnvConfig, State
 
 # Bit rows are used for relations while every block (agent) fits in one uint32 word.
 BITSET_MAX_BLOCKS = 32
@@ -43,9 +48,9 @@ BITSET_MAX_AGENTS = 32
 # Up to this many agents the blocked-mover rule is iterated to its fixed point directly;
 # above it, pointer jumping needs fewer rounds.
 FIXPOINT_MAX_AGENTS = 4
+# Worlds up to this size run through the folded kernel.
 FOLD_MAX_AGENTS = 32
 FOLD_MAX_BLOCKS = 32
-FOLDED = True
 
 
 def ceil_log2(x: int) -> int:
@@ -144,7 +149,10 @@ def _composites_bits(front: jax.Array, pushed: jax.Array) -> Tuple[jax.Array, ja
     front_rows = _rows_to_bits(front)  # uint32[B, E]
     movable = _set_to_bits(pushed)  # uint32[E]
     # downstream hop by hop, then components by doubling, each to its fixed point
-    movable = _until_stable(lambda m: m | _or_reduce(jnp.where(_bits_to_set(m, b), front_rows, jnp.uint32(0)), 0), movable)
+    def hop(m):
+        return m | _or_reduce(jnp.where(_bits_to_set(m, b), front_rows, jnp.uint32(0)), 0)
+
+    movable = _until_stable(hop, movable)
     in_v = _bits_to_set(movable, b)  # bool[B, E]
     eye = jnp.eye(b, dtype=bool)[:, :, None]
     touch = (front | jnp.swapaxes(front, 0, 1) | eye) & in_v[:, None] & in_v[None]
@@ -625,13 +633,11 @@ def step_kernel(cfg: EnvConfig, ar, ac, br, bc, w, alive, actions):
     engaged = jnp.zeros(ar.shape, bool)
     moved = jnp.zeros(br.shape, bool)
     forces = []
-    folded = FOLDED and ar.shape[0] <= FOLD_MAX_AGENTS and br.shape[0] <= FOLD_MAX_BLOCKS
+    folded = ar.shape[0] <= FOLD_MAX_AGENTS and br.shape[0] <= FOLD_MAX_BLOCKS
     keep = jnp.any((actions | 1) != 0)  # always True: the region predicate
+    phase = push_phase_folded if folded else push_phase
     for d in PUSH_ORDER:
-        if folded:
-            ar, ac, br, bc, engaged, moved, force = push_phase_folded(cfg, keep, d, actions, ar, ac, br, bc, w, alive, engaged, moved)
-        else:
-            ar, ac, br, bc, engaged, moved, force = push_phase(cfg, keep, d, actions, ar, ac, br, bc, w, alive, engaged, moved)
+        ar, ac, br, bc, engaged, moved, force = phase(cfg, keep, d, actions, ar, ac, br, bc, w, alive, engaged, moved)
         forces.append(force)
     # Only a RIGHT push can bring a block into column K-1 (no alive block touches it
     # otherwise), and RIGHT is the last push phase, so delivering here is the same as
