@@ -8,9 +8,9 @@
 (4,)
 """
 from cube_jax.core.env import CubeEnv, layout, make
-from cube_jax.core.observations import grid_observation
+from cube_jax.core.observations import OBSERVATION_FORMS, ObservationForm, grid_observation
 from cube_jax.core.scenario import Scenario
-from cube_jax.core.types import ACTION_NAMES, DOWN, LEFT, NUM_ACTIONS, RIGHT, STAY, UP, EnvConfig, State, TimeStep
+from cube_jax.core.types import ACTION_NAMES, DOWN, LEFT, NUM_ACTIONS, RIGHT, STAY, UP, EnvConfig, State, StepEvents, TimeStep
 
 
 def parallel_env(*args, **kwargs):
@@ -27,10 +27,13 @@ __all__ = [
     "EnvConfig",
     "LEFT",
     "NUM_ACTIONS",
+    "OBSERVATION_FORMS",
+    "ObservationForm",
     "RIGHT",
     "STAY",
     "Scenario",
     "State",
+    "StepEvents",
     "TimeStep",
     "UP",
     "grid_observation",

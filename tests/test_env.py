@@ -79,15 +79,15 @@ def test_events_of_a_push():
     state, _ = env.reset(jax.random.PRNGKey(0))
     state, ts = env.step(state, jnp.array([RIGHT, RIGHT, RIGHT]))
     assert cube_jax.layout(state)["blocks"][0] == (1, 3, 3, True)
-    np.testing.assert_array_equal(ts.extras["push_force"][3], [3, 0])
-    np.testing.assert_array_equal(ts.extras["push_force"][:3], 0)
-    np.testing.assert_array_equal(ts.extras["block_moved"], [True, False])
-    np.testing.assert_array_equal(ts.extras["engaged"], [True, True, True])
-    np.testing.assert_array_equal(ts.extras["agent_moved"], [True, True, True])
+    np.testing.assert_array_equal(ts.events.push_force[3], [3, 0])
+    np.testing.assert_array_equal(ts.events.push_force[:3], 0)
+    np.testing.assert_array_equal(ts.events.block_moved, [True, False])
+    np.testing.assert_array_equal(ts.events.engaged, [True, True, True])
+    np.testing.assert_array_equal(ts.events.agent_moved, [True, True, True])
     for _ in range(2):
         state, ts = env.step(state, jnp.array([RIGHT, RIGHT, RIGHT]))
-    np.testing.assert_array_equal(ts.extras["block_delivered"], [True, False])
-    assert int(ts.extras["delivered_weight"]) == 3
+    np.testing.assert_array_equal(ts.events.block_delivered, [True, False])
+    assert int(ts.events.delivered_weight) == 3
     np.testing.assert_allclose(ts.reward, -0.01 + 3 / 3)
 
 
@@ -152,3 +152,15 @@ def test_auto_reset_keeps_terminated_and_truncated_apart():
     np.testing.assert_allclose(ts.extras["episode_return"], -0.03, rtol=1e-5)
     state, ts = step(state, jnp.array([STAY]))
     assert not bool(ts.extras["returned_episode"])
+
+
+def test_step_events_are_a_struct_with_batched_shapes():
+    env = cube_jax.make("easy")
+    states, ts = jax.vmap(env.reset)(jax.random.split(jax.random.PRNGKey(0), 3))
+    assert isinstance(ts.events, cube_jax.StepEvents) and ts.extras == {}
+    n, b = env.num_agents, env.num_blocks
+    expected = {"block_moved": (3, b), "block_delivered": (3, b), "push_force": (3, 4, b), "engaged": (3, n),
+                "agent_moved": (3, n), "delivered_weight": (3,)}
+    for events in (ts.events, jax.vmap(env.step)(states, jnp.full((3, n), RIGHT))[1].events):
+        assert {f: getattr(events, f).shape for f in expected} == expected
+    assert not any(np.asarray(leaf).any() for leaf in jax.tree.leaves(ts.events))  # a reset: nothing happened

@@ -234,8 +234,8 @@ def test_each_step_matches_the_jax_world_for_the_same_actions():
             assert obs[agent].dtype == np.float32
             assert rewards[agent] == float(host.reward[i])
             assert terms[agent] == bool(host.terminated) and truncs[agent] == bool(host.truncated)
-            assert infos[agent]["engaged"] == bool(host.extras["engaged"][i])
-            assert infos[agent]["moved"] == bool(host.extras["agent_moved"][i])
+            assert infos[agent]["engaged"] == bool(host.events.engaged[i])
+            assert infos[agent]["moved"] == bool(host.events.agent_moved[i])
     np.testing.assert_array_equal(env.state(), grid_from_layout(cube_jax.layout(state), world.grid_size))
 
 

@@ -21,6 +21,8 @@ with nothing happened.
 Each ``step`` runs the world's jitted ``step`` once, packs what the dicts need into one array
 (a second, tiny jitted call) and copies that to the host in one transfer. ``jax_state``
 exposes the JAX ``State`` for symbolic tools; ``state()`` is the five-channel grid.
+Observation spaces are ``Box`` spaces with the bounds the observation form declares
+(``env.world.observation_bounds``); ``state_space`` bounds the grid's channels.
 
 **Plans.** With ``plans=True`` an agent's action is either a primitive (an int in 0..4) or
 a symbolic plan: text such as ``"move_to_block(0, left); push_block(0, 5)"`` or JSON (a
@@ -56,7 +58,7 @@ from pettingzoo import ParallelEnv
 
 from cube_jax.adapters.render import render_rgb, render_text
 from cube_jax.core.env import make
-from cube_jax.core.observations import grid_observation
+from cube_jax.core.observations import grid_bounds, grid_observation
 from cube_jax.core.types import NUM_ACTIONS, State, TimeStep
 from cube_jax.symbolic.actions import ACTION_SPECS, DIRECTIONS, FACES, PlanError
 from cube_jax.symbolic.executor import DONE, FAILED, PlanExecutor
@@ -79,9 +81,9 @@ def _pack_step_result(ts: TimeStep, t: jax.Array) -> jax.Array:
     block_delivered[B], then terminated, truncated, delivered_weight, t (all small integers,
     exact in float32).
     """
-    events = ts.extras
-    scalars = jnp.stack([ts.terminated, ts.truncated, events["delivered_weight"], t]).astype(jnp.float32)
-    parts = [ts.observation.reshape(-1), ts.reward, events["engaged"], events["agent_moved"], events["block_delivered"]]
+    events = ts.events
+    scalars = jnp.stack([ts.terminated, ts.truncated, events.delivered_weight, t]).astype(jnp.float32)
+    parts = [ts.observation.reshape(-1), ts.reward, events.engaged, events.agent_moved, events.block_delivered]
     return jnp.concatenate([part.astype(jnp.float32) for part in parts] + [scalars])
 
 
@@ -162,17 +164,16 @@ class CubeParallelEnv(ParallelEnv):
         self.possible_agents = [agent_name(i) for i in range(cfg.num_agents)]
         self.agents = []
         self._agent_index = {name: i for i, name in enumerate(self.possible_agents)}
-        per_agent_shape = tuple(self.world.observation_shape[1:])
+        low, high = self.world.observation_bounds
         self.observation_spaces = {
-            name: gymnasium.spaces.Box(-np.inf, np.inf, shape=per_agent_shape, dtype=np.float32)
-            for name in self.possible_agents
+            name: gymnasium.spaces.Box(low, high, dtype=np.float32) for name in self.possible_agents
         }
         if plans:
             self.action_spaces = {name: PlanActionSpace(cfg.num_blocks) for name in self.possible_agents}
         else:
             self.action_spaces = {name: gymnasium.spaces.Discrete(NUM_ACTIONS) for name in self.possible_agents}
         self.executor: Optional[PlanExecutor] = None
-        self.state_space = _grid_state_space(cfg.grid_size, cfg.num_agents, cfg.num_blocks, self.world.max_weight)
+        self.state_space = gymnasium.spaces.Box(*grid_bounds(cfg, self.world.max_weight), dtype=np.float32)
         # Seeds episodes started with reset(seed=None); reset(seed=s) re-seeds it from s, so a
         # seeded run of several episodes repeats exactly.
         self._seed_rng = np.random.default_rng()
@@ -393,9 +394,3 @@ class CubeParallelEnv(ParallelEnv):
         return agent
 
 
-def _grid_state_space(grid_size: int, num_agents: int, num_blocks: int, max_weight: int) -> gymnasium.spaces.Box:
-    """Box over ``grid_observation``: channel maxima are 1, max weight, 1, N (agent id + 1), B (block id + 1)."""
-    high = np.broadcast_to(
-        np.asarray([1, max_weight, 1, num_agents, num_blocks], np.float32), (grid_size, grid_size, 5)
-    )
-    return gymnasium.spaces.Box(np.zeros_like(high), high.copy(), dtype=np.float32)

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import Dict, Tuple
+from typing import Tuple
 
 import jax
 import jax.numpy as jnp
@@ -40,7 +40,7 @@ from jax import lax
 from jax.custom_batching import custom_vmap
 from jax.experimental.layout import Layout, with_layout_constraint
 
-from cube_jax.core.types import ACTION_DELTAS, DOWN, PUSH_ORDER, RIGHT, UP, EnvConfig, State
+from cube_jax.core.types import ACTION_DELTAS, DOWN, PUSH_ORDER, RIGHT, UP, EnvConfig, State, StepEvents
 
 # Bit rows are used for relations while every block (agent) fits in one uint32 word.
 BITSET_MAX_BLOCKS = 32
@@ -626,7 +626,7 @@ def movement_phase_folded(cfg: EnvConfig, keep, actions, ar, ac, br, bc, w, aliv
 def step_kernel(cfg: EnvConfig, ar, ac, br, bc, w, alive, actions):
     """One step on environment-last arrays (``[N, E]``, ``[B, E]``).
 
-    Returns the new ``(ar, ac, br, bc, alive)`` and the step events.
+    Returns the new ``(ar, ac, br, bc, alive)`` and the :class:`StepEvents` (environment-last).
     """
     actions = jnp.where((actions >= 0) & (actions <= 4), actions, 0)  # out of range -> STAY
     start_r, start_c = ar, ac
@@ -648,14 +648,14 @@ def step_kernel(cfg: EnvConfig, ar, ac, br, bc, w, alive, actions):
         ar, ac = movement_phase_folded(cfg, keep, actions, ar, ac, br, bc, w, alive, engaged)
     else:
         ar, ac = movement_phase(cfg, keep, actions, ar, ac, br, bc, w, alive, engaged)
-    events = {
-        "block_moved": moved,  # bool[B] moved by a push this step
-        "block_delivered": delivered,  # bool[B] delivered this step
-        "push_force": jnp.stack(forces),  # int32[4, B] F_j per push phase (UP, DOWN, LEFT, RIGHT)
-        "engaged": engaged,  # bool[N] agents that were in a chain this step
-        "agent_moved": (ar != start_r) | (ac != start_c),  # bool[N]
-        "delivered_weight": jnp.where(delivered, w, 0).sum(0, dtype=jnp.int32),  # int32[] weight delivered
-    }
+    events = StepEvents(
+        block_moved=moved,
+        block_delivered=delivered,
+        push_force=jnp.stack(forces),
+        engaged=engaged,
+        agent_moved=(ar != start_r) | (ac != start_c),
+        delivered_weight=jnp.where(delivered, w, 0).sum(0, dtype=jnp.int32),
+    )
     return (ar, ac, br, bc, alive), events
 
 
@@ -714,7 +714,7 @@ def actions_int32(actions) -> jax.Array:
     return actions.astype(jnp.int32)
 
 
-def step_state(cfg: EnvConfig, state: State, actions: jax.Array) -> Tuple[State, jax.Array, Dict[str, jax.Array]]:
+def step_state(cfg: EnvConfig, state: State, actions: jax.Array) -> Tuple[State, jax.Array, StepEvents]:
     """Applies one step to a state, or to a batch of states with any leading axes.
 
     Returns the new state, the delivered weight (int32 per environment) and the step
@@ -732,8 +732,8 @@ def step_state(cfg: EnvConfig, state: State, actions: jax.Array) -> Tuple[State,
         block_alive=env_first(alive, lead),
         t=state.t + 1,
     )
-    events = {name: env_first(value, lead) for name, value in events.items()}
-    return new_state, events["delivered_weight"], events
+    events = jax.tree.map(lambda value: env_first(value, lead), events)
+    return new_state, events.delivered_weight, events
 
 
 @functools.lru_cache(maxsize=None)

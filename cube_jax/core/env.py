@@ -26,9 +26,9 @@ from cube_jax.core.checks import (
     excerpt,
 )
 from cube_jax.core.dynamics import batched_step, reward_and_flags
-from cube_jax.core.observations import OBSERVATION_FORMS, observation_shape, observe
+from cube_jax.core.observations import OBSERVATION_FORM_NAMES, ObservationForm, observation_form, observation_shape, observe
 from cube_jax.core.scenario import Scenario, load_scenario, render_ascii
-from cube_jax.core.types import NUM_ACTIONS, EnvConfig, State, TimeStep
+from cube_jax.core.types import NUM_ACTIONS, EnvConfig, State, StepEvents, TimeStep
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,18 +37,6 @@ class LayoutSource:
 
     curriculum_n: int = 0  # > 0: draw a fresh n-curriculum layout from the key at every reset
     weights: Tuple[int, ...] = ()
-
-
-def empty_events(cfg: EnvConfig) -> dict:
-    n, b = cfg.num_agents, cfg.num_blocks
-    return {
-        "block_moved": jnp.zeros((b,), bool),
-        "block_delivered": jnp.zeros((b,), bool),
-        "push_force": jnp.zeros((4, b), jnp.int32),
-        "engaged": jnp.zeros((n,), bool),
-        "agent_moved": jnp.zeros((n,), bool),
-        "delivered_weight": jnp.int32(0),
-    }
 
 
 @functools.partial(jax.jit, static_argnums=(0,))
@@ -96,7 +84,7 @@ def _reset(cfg: EnvConfig, source: LayoutSource, pool: dict, key: jax.Array) -> 
         reward=jnp.zeros((cfg.num_agents,), jnp.float32),
         terminated=jnp.array(False),
         truncated=jnp.array(False),
-        extras=empty_events(cfg),
+        events=StepEvents.zeros(cfg.num_agents, cfg.num_blocks),
     )
     return state, ts
 
@@ -159,8 +147,19 @@ class CubeEnv:
         return NUM_ACTIONS
 
     @property
+    def observation_form(self) -> ObservationForm:
+        """The declaration (name, shape, bounds) of this environment's observation form."""
+        return observation_form(self.cfg.observation)
+
+    @property
     def observation_shape(self) -> tuple:
+        """``(N, *F)`` of one environment's observation."""
         return observation_shape(self.cfg)
+
+    @property
+    def observation_bounds(self) -> Tuple[np.ndarray, np.ndarray]:
+        """``(low, high)`` float32[*F]: every value one agent's observation can take lies between."""
+        return self.observation_form.bounds(self.cfg, self.max_weight)
 
     def render(self, state: State) -> str:
         """ASCII map of one (unbatched) state, in the scenario map form."""
@@ -359,7 +358,7 @@ def make(
     environment's observation is at most 2**28 float32 values (use ``"egocentric"`` for
     large worlds) and a pool at most 2 GiB.
     """
-    _check_choice("observation", observation, OBSERVATION_FORMS)
+    _check_choice("observation", observation, OBSERVATION_FORM_NAMES)
     view_radius = _check_int("view_radius", view_radius, 1, MAX_GRID_SIZE, "the largest grid side")
     pool_size = _check_int("pool_size", pool_size, 0)
     pool_seed = _check_int("pool_seed", pool_seed, 0, MAX_SEED, "PRNGKey keeps 32 bits")

@@ -19,15 +19,17 @@ axis first, and every one telling an agent which one it is:
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
+from typing import Callable, Optional, Tuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from cube_jax.core.dynamics import _region, env_first, env_last, vmap_as_batch
 from cube_jax.core.types import EnvConfig, State
 
-OBSERVATION_FORMS = ("vector", "egocentric", "grid")
 EGO_CHANNELS = 4
 
 
@@ -211,15 +213,118 @@ def agent_grid_observation(cfg: EnvConfig, state: State) -> jax.Array:
     return jnp.concatenate([jnp.broadcast_to(grid, (n, k, k, 5)), own[..., None]], axis=-1)
 
 
+# --- the declaration every consumer reads ----------------------------------------------------
+Bounds = Tuple[np.ndarray, np.ndarray]
+
+
+@dataclasses.dataclass(frozen=True)
+class ObservationForm:
+    """One per-agent observation form: its name, its shape and value bounds, how it is computed.
+
+    ``make(observation=...)``, the RL config, checkpoints and the PettingZoo spaces all read
+    these declarations; a new form is one more entry in :data:`OBSERVATION_FORMS`.
+    """
+
+    name: str
+    summary: str
+    features: Callable[[EnvConfig], Tuple[int, ...]]  # one agent's shape, [*F]
+    limits: Callable[[EnvConfig, int], Bounds]  # (low, high) float32[*F] for a heaviest weight
+    compute: Callable[[EnvConfig, State], jax.Array]  # one state or a batch -> float32[..., N, *F]
+
+    def shape(self, cfg: EnvConfig) -> Tuple[int, ...]:
+        """``(N, *F)``: the shape of one environment's observation."""
+        return (cfg.num_agents,) + tuple(self.features(cfg))
+
+    def bounds(self, cfg: EnvConfig, max_weight: Optional[int] = None) -> Bounds:
+        """``(low, high)``, float32 arrays of one agent's shape ``F``, that hold every value the
+        form can take. ``max_weight`` is the heaviest block the world can hold (only the
+        "grid" form depends on it); ``None`` takes the largest that fits the grid, K - 1."""
+        weight = cfg.grid_size - 1 if max_weight is None else max_weight
+        low, high = self.limits(cfg, max(int(weight), 1))
+        shape = tuple(self.features(cfg))
+        return (np.broadcast_to(np.asarray(low, np.float32), shape).copy(),
+                np.broadcast_to(np.asarray(high, np.float32), shape).copy())
+
+
+def _vector_features(cfg: EnvConfig) -> Tuple[int, ...]:
+    n, b = cfg.num_agents, cfg.num_blocks
+    return (n + 3 + 5 * b + 2 * n,)
+
+
+def _vector_limits(cfg: EnvConfig, max_weight: int) -> Bounds:
+    # one-hot id and own row, col, t/max_steps in [0, 1]; per block two offsets in [-1, 1] (a
+    # difference of two cells over K) and three values in [0, 1]; per agent two offsets.
+    n, b = cfg.num_agents, cfg.num_blocks
+    low = np.concatenate([np.zeros(n + 3), np.tile([-1.0, -1.0, 0.0, 0.0, 0.0], b), -np.ones(2 * n)])
+    return low, np.ones_like(low)
+
+
+def _egocentric_features(cfg: EnvConfig) -> Tuple[int, ...]:
+    return (EGO_CHANNELS * (2 * cfg.view_radius + 1) ** 2 + 3 + cfg.num_agents,)
+
+
+def _egocentric_limits(cfg: EnvConfig, max_weight: int) -> Bounds:
+    return 0.0, 1.0  # 0/1 channels, weight over the heaviest weight, positions over K - 1, one-hot
+
+
+def _grid_channel_maxima(cfg: EnvConfig, max_weight: int) -> np.ndarray:
+    """The maxima of :func:`grid_observation`'s five channels (all are at least 0)."""
+    return np.asarray([1, max_weight, 1, cfg.num_agents, cfg.num_blocks], np.float32)
+
+
+def grid_bounds(cfg: EnvConfig, max_weight: int) -> Bounds:
+    """``(low, high)`` float32[K, K, 5] of :func:`grid_observation` (the papers' channels)."""
+    k = cfg.grid_size
+    high = np.broadcast_to(_grid_channel_maxima(cfg, max_weight), (k, k, 5)).copy()
+    return np.zeros_like(high), high
+
+
+def _agent_grid_features(cfg: EnvConfig) -> Tuple[int, ...]:
+    return (cfg.grid_size, cfg.grid_size, 6)
+
+
+def _agent_grid_limits(cfg: EnvConfig, max_weight: int) -> Bounds:
+    return 0.0, np.append(_grid_channel_maxima(cfg, max_weight), 1.0)
+
+
+OBSERVATION_FORMS: Tuple[ObservationForm, ...] = (
+    ObservationForm(
+        "vector",
+        "own id, position and time, every block and agent relative to the agent; size grows with N and B",
+        _vector_features,
+        _vector_limits,
+        lambda cfg, state: _batched_form(cfg, vector_observation)(state),
+    ),
+    ObservationForm(
+        "egocentric",
+        "a (2r+1) x (2r+1) window of four channels around the agent, position, time and id; size fixed by r",
+        _egocentric_features,
+        _egocentric_limits,
+        lambda cfg, state: _batched_form(cfg, egocentric_observation)(state),
+    ),
+    ObservationForm(
+        "grid",
+        "the papers' five K x K channels plus the agent's own cell; size grows with K * K",
+        _agent_grid_features,
+        _agent_grid_limits,
+        agent_grid_observation,
+    ),
+)
+OBSERVATION_FORM_NAMES: Tuple[str, ...] = tuple(form.name for form in OBSERVATION_FORMS)
+_BY_NAME = {form.name: form for form in OBSERVATION_FORMS}
+
+
+def observation_form(name: str) -> ObservationForm:
+    """The declaration of the form called ``name``; ValueError for an unknown name."""
+    try:
+        return _BY_NAME[name]
+    except (KeyError, TypeError):
+        raise ValueError(f"observation: unknown form {name!r}; expected one of {OBSERVATION_FORM_NAMES}") from None
+
+
 def observe(cfg: EnvConfig, state: State) -> jax.Array:
     """The per-agent observation selected by ``cfg.observation``."""
-    if cfg.observation == "vector":
-        return _batched_form(cfg, vector_observation)(state)
-    if cfg.observation == "egocentric":
-        return _batched_form(cfg, egocentric_observation)(state)
-    if cfg.observation == "grid":
-        return agent_grid_observation(cfg, state)
-    raise ValueError(f"observation: unknown form {cfg.observation!r}; expected one of {OBSERVATION_FORMS}")
+    return observation_form(cfg.observation).compute(cfg, state)
 
 
 @functools.lru_cache(maxsize=None)
@@ -229,11 +334,10 @@ def _batched_form(cfg: EnvConfig, form):
 
 
 def observation_shape(cfg: EnvConfig) -> tuple:
-    n, b, k = cfg.num_agents, cfg.num_blocks, cfg.grid_size
-    if cfg.observation == "vector":
-        return (n, n + 3 + 5 * b + 2 * n)
-    if cfg.observation == "egocentric":
-        return (n, EGO_CHANNELS * (2 * cfg.view_radius + 1) ** 2 + 3 + n)
-    if cfg.observation == "grid":
-        return (n, k, k, 6)
-    raise ValueError(f"observation: unknown form {cfg.observation!r}; expected one of {OBSERVATION_FORMS}")
+    """``(N, *F)`` of ``cfg.observation``."""
+    return observation_form(cfg.observation).shape(cfg)
+
+
+def observation_bounds(cfg: EnvConfig, max_weight: Optional[int] = None) -> Bounds:
+    """``(low, high)`` float32[*F] of one agent's ``cfg.observation`` (see :meth:`ObservationForm.bounds`)."""
+    return observation_form(cfg.observation).bounds(cfg, max_weight)

@@ -10,6 +10,7 @@ import dataclasses
 from typing import Any, Dict
 
 import jax
+import jax.numpy as jnp
 from flax import struct
 
 # Primitive actions (DYNAMICS.md). Any other integer is STAY inside the jitted core.
@@ -40,14 +41,47 @@ class State:
 
 
 @struct.dataclass
+class StepEvents:
+    """What happened during one step, beyond the new positions (all zero after a reset).
+
+    Shapes are for one environment; a batched step adds the batch's leading axes.
+    """
+
+    block_moved: jax.Array  # bool[B] the block moved in a push phase of this step
+    block_delivered: jax.Array  # bool[B] the block reached the goal column in this step
+    push_force: jax.Array  # int32[4, B] F_j of each push phase (UP, DOWN, LEFT, RIGHT): agents in chains on block j
+    engaged: jax.Array  # bool[N] the agent was in a pushing chain in some push phase
+    agent_moved: jax.Array  # bool[N] the agent ends the step on another cell (pushing or moving)
+    delivered_weight: jax.Array  # int32[] total weight delivered in this step (the reward's D)
+
+    @classmethod
+    def zeros(cls, num_agents: int, num_blocks: int) -> "StepEvents":
+        """The events of a reset: nothing happened."""
+        return cls(
+            block_moved=jnp.zeros((num_blocks,), bool),
+            block_delivered=jnp.zeros((num_blocks,), bool),
+            push_force=jnp.zeros((4, num_blocks), jnp.int32),
+            engaged=jnp.zeros((num_agents,), bool),
+            agent_moved=jnp.zeros((num_agents,), bool),
+            delivered_weight=jnp.zeros((), jnp.int32),
+        )
+
+
+@struct.dataclass
 class TimeStep:
-    """What a step (or reset) returns besides the new state."""
+    """What a step (or reset) returns besides the new state.
+
+    ``events`` is the core's typed record of the step; ``extras`` is where wrappers add
+    what they compute (``final_observation``, episode statistics, shaping terms), empty
+    straight out of the core.
+    """
 
     observation: Any  # per-agent observation, see cube_jax.core.observations
     reward: jax.Array  # float32[N] the shared team reward, one entry per agent
     terminated: jax.Array  # bool[] every block delivered
     truncated: jax.Array  # bool[] t >= max_steps and not terminated
-    extras: Dict[str, jax.Array]  # step events, see cube_jax.core.dynamics.StepEvents
+    events: StepEvents
+    extras: Dict[str, jax.Array] = struct.field(default_factory=dict)
 
     @property
     def done(self) -> jax.Array:

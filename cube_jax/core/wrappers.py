@@ -174,8 +174,8 @@ class LogWrapper(Wrapper):
         done = ts.terminated | ts.truncated
         ret = state.episode_return + ts.reward[0]
         length = state.episode_length + 1
-        blocks = state.blocks_delivered + ts.extras["block_delivered"].sum(dtype=jnp.int32)
-        weight = state.weight_delivered + ts.extras["delivered_weight"]
+        blocks = state.blocks_delivered + ts.events.block_delivered.sum(dtype=jnp.int32)
+        weight = state.weight_delivered + ts.events.delivered_weight
         finished = {
             "episode_return": ret,
             "episode_length": length,

@@ -85,8 +85,8 @@ def advance(env, policy: BatchedPolicy, carry: RolloutCarry) -> RolloutCarry:
         steps=old.steps + live.astype(jnp.int32),
         done=old.done | ts.terminated | ts.truncated,
         success=old.success | (live & ts.terminated),
-        delivered=old.delivered | (live & ts.extras["block_delivered"]),
-        weight_delivered=old.weight_delivered + jnp.where(live, ts.extras["delivered_weight"], 0),
+        delivered=old.delivered | (live & ts.events.block_delivered),
+        weight_delivered=old.weight_delivered + jnp.where(live, ts.events.delivered_weight, 0),
         episode_return=old.episode_return + jnp.where(live, ts.reward[0], 0.0),
     )
     new = RolloutCarry(state, policy_state, stats)

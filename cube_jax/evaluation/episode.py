@@ -492,7 +492,7 @@ class Episode:
         self.state, ts = self.env.step(self.state, primitives)
         reward = [float(str(x)) for x in np.asarray(ts.reward, np.float32)]  # float32 values, shortest text
         self._episode_return += reward[0]
-        delivered = [int(j) for j in np.flatnonzero(np.asarray(ts.extras["block_delivered"]))]
+        delivered = [int(j) for j in np.flatnonzero(np.asarray(ts.events.block_delivered))]
         lay = layout(self.state)
         self._write(
             "step",
