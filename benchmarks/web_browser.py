@@ -37,21 +37,12 @@ from cube_jax.agents import heuristic_team  # noqa: E402
 from cube_jax.evaluation import run_episode  # noqa: E402
 from cube_jax.web.game import Settings  # noqa: E402
 from cube_jax.web.server import BackgroundServer, create_app  # noqa: E402
+from tests.web_helpers import until  # noqa: E402
 
 CHROMIUM = "/usr/bin/chromium"
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
         "--disable-sync", "--no-first-run"]
 VIEWPORT = {"width": 1280, "height": 900}
-
-
-def until(predicate, timeout: float = 60.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.02)
-    raise TimeoutError("timed out")
 
 
 def page_load(browser, url: str, repeats: int) -> dict:

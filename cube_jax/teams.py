@@ -28,7 +28,7 @@ from __future__ import annotations
 import dataclasses
 import re
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence
 
 
 from cube_jax.agents import Agent, HeuristicPolicy, RandomPolicy, TeamPolicy, heuristic_team, policy_agents

@@ -96,8 +96,6 @@ def test_checkpoint_policy_is_loaded_lazily_and_used(tmp_path, capsys, monkeypat
         name = "stay"
 
         def for_world(self, env, name="policy"):
-            from cube_jax.core.observations import observe
-
             self.cfg = env.cfg
             return self
 

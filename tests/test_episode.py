@@ -11,8 +11,6 @@ import io
 import json
 from pathlib import Path
 
-import jax
-import numpy as np
 import pytest
 
 import cube_jax

@@ -18,7 +18,7 @@ from cube_jax.evaluation import Episode, TraceWriter, run_episode, run_episodes,
 from cube_jax.llm import ModelClient, RecordingClient, ReplayClient
 from cube_jax.llm.agent import FALLBACK_SPEC, LLMAgent
 from cube_jax.llm.prompts import PromptBook, write_default_templates
-from tests.fake_openai import FakeOpenAI, Reply, closed_port_url
+from tests.fake_openai import FakeOpenAI, closed_port_url
 from tests.sound_model import responder
 
 TOPOLOGIES = ["individual", "debate", "centralized", "decentralized"]

@@ -6,7 +6,7 @@ import pytest
 import yaml
 
 from baselines import launch  # the scripts' command line
-from cube_jax.core.observations import OBSERVATION_FORMS
+from cube_jax.core.observations import OBSERVATION_FORM_NAMES
 from cube_jax.rl import config as C
 
 
@@ -71,7 +71,7 @@ def test_curriculum_override_and_make_kwargs():
 
 def test_observation_forms_are_the_cores():
     choices = C.Config.model_fields["env"].annotation.model_fields["observation"].annotation.__args__
-    assert set(choices) == set(OBSERVATION_FORMS) == {"vector", "egocentric", "grid"}
+    assert set(choices) == set(OBSERVATION_FORM_NAMES) == {"vector", "egocentric", "grid"}
     for form in ("vector", "egocentric", "grid"):
         assert C.build("ippo", overrides=[f"env.observation={form}"]).env.observation == form
     with pytest.raises(C.ConfigError, match="env.observation must be 'vector', 'egocentric' or 'grid', got 'pixels'"):

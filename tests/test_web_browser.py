@@ -8,9 +8,6 @@ these tests fail, they do not skip.
 """
 from __future__ import annotations
 
-import json
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -20,6 +17,7 @@ from cube_jax.agents import heuristic_team
 from cube_jax.evaluation import read_trace, run_episode, validate_trace
 from cube_jax.web.game import Settings
 from cube_jax.web.server import BackgroundServer, create_app
+from tests.web_helpers import state, until
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
@@ -61,21 +59,6 @@ def page(browser):
     page.on("console", lambda m: page.errors.append(m.text) if m.type == "error" else None)
     yield page
     context.close()
-
-
-def until(predicate, timeout: float = 30.0, what: str = "the condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.03)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
-def state(server) -> dict:
-    with urllib.request.urlopen(server.url + "/api/state", timeout=30) as response:
-        return json.load(response)
 
 
 def shot(page, name: str) -> Path:

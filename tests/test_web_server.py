@@ -27,6 +27,7 @@ from cube_jax.web.game import Settings
 from cube_jax.web.server import BackgroundServer, check_host, create_app, is_loopback
 from tests.fake_openai import FakeOpenAI
 from tests.sound_model import responder
+from tests.web_helpers import get, state, until
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -62,29 +63,6 @@ def watch_server(tmp_path_factory):
     app = create_app(env, Settings(world={"scenario": "easy"}, team="heuristic", out=out, speed=None, paused=True))
     with BackgroundServer(app) as server:
         yield server
-
-
-def get(server, path: str, headers=None):
-    request = urllib.request.Request(server.url + path, headers=headers or {})
-    try:
-        with urllib.request.urlopen(request, timeout=30) as response:
-            return response.status, response.read(), response.headers
-    except urllib.error.HTTPError as err:
-        return err.code, err.read(), err.headers
-
-
-def state(server) -> dict:
-    return json.loads(get(server, "/api/state")[1])
-
-
-def until(predicate, timeout: float = 30.0, what: str = "the condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.02)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def ws_url(server) -> str:

@@ -30,7 +30,7 @@ import abc
 import dataclasses
 import enum
 import functools
-from typing import Any, Callable, Dict, List, Optional, Protocol, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Protocol, Tuple
 
 import jax
 import numpy as np

@@ -29,7 +29,7 @@ takes the same decisions at the same steps (tested).
 """
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional
 
 import numpy as np
 

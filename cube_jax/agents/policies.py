@@ -17,7 +17,7 @@ protocol (:meth:`cube_jax.rl.policy.LoadedPolicy.for_world` gives an :class:`~cu
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Optional, Sequence, Tuple
+from typing import Any, Optional, Tuple
 
 import jax
 import jax.numpy as jnp

@@ -42,6 +42,52 @@ def seed(text: str) -> int:
     return parse_int(text, 0, MAX_SEED, "PRNGKey keeps 32 bits")
 
 
+def positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number > 0, got {clip(repr(text), 60)}") from None
+    if not value > 0 or value != value or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {clip(repr(text), 60)}")
+    return value
+
+
+def non_negative_int(text: str) -> int:
+    return parse_int(text, 0, 10**6)
+
+
+# --- argument groups shared by subcommands -------------------------------------------------------
+
+
+def add_world_arguments(p: argparse.ArgumentParser, scenario_note: str = "") -> None:
+    """``--n`` or ``--scenario`` (at most one)."""
+    world = p.add_mutually_exclusive_group()
+    world.add_argument("--n", type=team_size, help="the n-curriculum level (n agents, k = max(20, n))")
+    world.add_argument("--scenario", help="a named scenario (easy, hard) or a scenario .yaml file" + scenario_note)
+
+
+def add_topology_arguments(p: argparse.ArgumentParser) -> None:
+    """``--topology`` and ``--budget``: who may talk to whom."""
+    from cube_jax.evaluation.topologies import TOPOLOGIES
+
+    p.add_argument("--topology", choices=sorted(TOPOLOGIES), default="individual", help="who may talk to whom")
+    p.add_argument("--budget", type=non_negative_int, default=None,
+                   help="decentralized: messages per decision (default: the team size)")
+
+
+def add_model_arguments(group) -> None:
+    """The model server and how language-agent members talk to it."""
+    group.add_argument("--model", default=None, help="model name for llm members without their own (llm:<model>)")
+    group.add_argument("--base-url", default=None, help="the server's OpenAI-compatible base URL (or OPENAI_BASE_URL)")
+    group.add_argument("--api-key", default=None, help="API key (or OPENAI_API_KEY); never written anywhere")
+    group.add_argument("--temperature", type=float, default=0.2, help="sampling temperature (default 0.2)")
+    group.add_argument("--max-tokens", type=positive_int, default=512, help="completion token limit per call")
+    group.add_argument("--timeout", type=positive_float, default=60.0, help="seconds per HTTP request (default 60)")
+    group.add_argument("--retries", type=non_negative_int, default=3, help="retries of a failed request (default 3)")
+    group.add_argument("--max-repairs", type=non_negative_int, default=2,
+                       help="corrective re-prompts after an invalid reply (default 2)")
+
+
 def check_world(parser: argparse.ArgumentParser, args) -> None:
     if args.scenario is not None:
         from cube_jax.core.scenario import load_scenario

@@ -30,12 +30,12 @@ import json
 import logging
 import os
 import sys
-import time
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict
 
-from cube_jax.cli.args import (check_seeds, check_world, check_writable, episode_limit, parse_int, positive_int, seed,
-                               team_size, world_kwargs)
+from cube_jax.cli.args import (add_model_arguments, add_topology_arguments, add_world_arguments, check_seeds,
+                               check_world, check_writable, episode_limit, positive_float,
+                               positive_int, seed, world_kwargs)
 
 log = logging.getLogger(__name__)
 
@@ -46,52 +46,24 @@ REPLAYED = ("n", "scenario", "team", "topology", "budget", "episodes", "seed", "
             "max_repairs", "model")
 
 
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}") from None
-    if not value > 0 or value != value or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text!r}")
-    return value
-
-
-def _non_negative_int(text: str) -> int:
-    return parse_int(text, 0, 10**6)
-
-
 def add_parser(commands) -> argparse.ArgumentParser:
-    from cube_jax.evaluation.topologies import TOPOLOGIES
-
     p = commands.add_parser(
         "llm",
         help="language agents (or mixed teams) play episodes against an OpenAI-compatible server",
         description="Play episodes with language agents under a communication topology; writes traces, "
                     "metrics.json and timelines into --out.",
     )
-    world = p.add_mutually_exclusive_group()
-    world.add_argument("--n", type=team_size, help="the n-curriculum level (n agents)")
-    world.add_argument("--scenario", help="a named scenario (easy, hard) or a scenario .yaml file")
+    add_world_arguments(p)
     p.add_argument("--team", default=None, help="one member per agent: llm[:model], heuristic, team, random, "
                                                 "policy:<checkpoint> (default: llm for every agent)")
-    p.add_argument("--topology", choices=sorted(TOPOLOGIES), default="individual", help="who may talk to whom")
-    p.add_argument("--budget", type=_non_negative_int, default=None,
-                   help="decentralized: messages per decision (default: the team size)")
-    p.add_argument("--model", default=None, help="model name for llm members without their own (llm:<model>)")
-    p.add_argument("--base-url", default=None, help="the server's OpenAI-compatible base URL (or OPENAI_BASE_URL)")
-    p.add_argument("--api-key", default=None, help="API key (or OPENAI_API_KEY); never written anywhere")
-    p.add_argument("--temperature", type=float, default=0.2, help="sampling temperature (default 0.2)")
-    p.add_argument("--max-tokens", type=positive_int, default=512, help="completion token limit per call")
-    p.add_argument("--timeout", type=_positive_float, default=60.0, help="seconds per HTTP request (default 60)")
-    p.add_argument("--retries", type=_non_negative_int, default=3, help="retries of a failed request (default 3)")
-    p.add_argument("--max-repairs", type=_non_negative_int, default=2,
-                   help="corrective re-prompts after an invalid reply (default 2)")
+    add_topology_arguments(p)
+    add_model_arguments(p)
     p.add_argument("--episodes", type=positive_int, default=8, help="number of episodes (default 8)")
     p.add_argument("--seed", type=seed, default=0, help="episode i starts from PRNGKey(seed + i) (default 0)")
     p.add_argument("--concurrency", type=positive_int, default=1, help="episodes played at once (default 1)")
     p.add_argument("--max-steps", type=episode_limit, default=None, help="episode step limit (default: the world's)")
     p.add_argument("--max-calls", type=positive_int, default=None, help="model calls per episode")
-    p.add_argument("--max-wall", type=_positive_float, default=None, help="wall-clock seconds per episode")
+    p.add_argument("--max-wall", type=positive_float, default=None, help="wall-clock seconds per episode")
     p.add_argument("--prompts", type=Path, default=None, help="a folder of prompt templates overriding the defaults")
     p.add_argument("--write-prompts", type=Path, default=None,
                    help="copy the default prompt templates into this folder (to edit) and exit")
@@ -224,7 +196,8 @@ def run(parser: argparse.ArgumentParser, args) -> int:
         return 0
     if args.out is None:
         parser.error("argument --out: a run folder is required")
-    recorded = _apply_replay(parser, args) if args.replay is not None else None
+    if args.replay is not None:
+        _apply_replay(parser, args)
     if args.record and args.replay is not None:
         parser.error("argument --record: a replay records nothing new")
     check_world(parser, args)

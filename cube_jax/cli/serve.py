@@ -36,8 +36,9 @@ import os
 import sys
 from pathlib import Path
 
-from cube_jax.cli.args import check_world, check_writable, episode_limit, parse_int, positive_int, seed, team_size, world_kwargs
-from cube_jax.cli.llm import Clients, _non_negative_int, _positive_float
+from cube_jax.cli.args import (add_model_arguments, add_topology_arguments, add_world_arguments, check_world,
+                               check_writable, episode_limit, parse_int, positive_float, seed, world_kwargs)
+from cube_jax.cli.llm import Clients
 
 log = logging.getLogger(__name__)
 
@@ -49,33 +50,27 @@ def _port(text: str) -> int:
 def _speed(text: str):
     if text == "max":
         return None
-    value = _positive_float(text)
+    value = positive_float(text)
     if value > 1000:
         raise argparse.ArgumentTypeError(f"at most 1000 steps per second (or 'max'), got {text!r}")
     return value
 
 
 def add_parser(commands) -> argparse.ArgumentParser:
-    from cube_jax.evaluation.topologies import TOPOLOGIES
-
     p = commands.add_parser(
         "serve",
         help="watch, replay and play episodes in the browser",
         description="Serve a local web app: a live view of episodes of any team (people included), replays of "
                     "traces, and play with the keyboard or typed plans.",
     )
-    world = p.add_mutually_exclusive_group()
-    world.add_argument("--n", type=team_size, help="the n-curriculum level (n agents)")
-    world.add_argument("--scenario", help="a named scenario (easy, hard) or a scenario .yaml file (default: hard)")
+    add_world_arguments(p, " (default: hard)")
     p.add_argument("--team", default="heuristic",
                    help="one member per agent: human, llm[:model], heuristic, team, random, policy:<checkpoint> "
                         "(default: heuristic for every agent)")
-    p.add_argument("--topology", choices=sorted(TOPOLOGIES), default="individual", help="who may talk to whom")
-    p.add_argument("--budget", type=_non_negative_int, default=None,
-                   help="decentralized: messages per decision (default: the team size)")
+    add_topology_arguments(p)
     p.add_argument("--seed", type=seed, default=0, help="the first episode's seed; later episodes count up (default 0)")
     p.add_argument("--max-steps", type=episode_limit, default=None, help="episode step limit (default: the world's)")
-    p.add_argument("--max-wall", type=_positive_float, default=None, help="wall-clock seconds per episode")
+    p.add_argument("--max-wall", type=positive_float, default=None, help="wall-clock seconds per episode")
     p.add_argument("--speed", type=_speed, default=4.0, help="steps per second, or 'max' (default 4)")
     p.add_argument("--paused", action="store_true", help="start paused (the page's Run or Step goes on)")
     p.add_argument("--out", type=Path, default=None, help="the run folder (default runs/serve-<time>)")
@@ -86,15 +81,7 @@ def add_parser(commands) -> argparse.ArgumentParser:
     p.add_argument("--public", action="store_true", help="allow --host to be an address other machines can reach")
     p.add_argument("--no-timelines", action="store_true", help="skip the timeline picture after each episode")
     llm = p.add_argument_group("language-agent members (as in cube-jax llm)")
-    llm.add_argument("--model", default=None, help="model name for llm members without their own (llm:<model>)")
-    llm.add_argument("--base-url", default=None, help="the server's OpenAI-compatible base URL (or OPENAI_BASE_URL)")
-    llm.add_argument("--api-key", default=None, help="API key (or OPENAI_API_KEY); never written anywhere")
-    llm.add_argument("--temperature", type=float, default=0.2, help="sampling temperature (default 0.2)")
-    llm.add_argument("--max-tokens", type=positive_int, default=512, help="completion token limit per call")
-    llm.add_argument("--timeout", type=_positive_float, default=60.0, help="seconds per HTTP request (default 60)")
-    llm.add_argument("--retries", type=_non_negative_int, default=3, help="retries of a failed request (default 3)")
-    llm.add_argument("--max-repairs", type=_non_negative_int, default=2,
-                     help="corrective re-prompts after an invalid reply (default 2)")
+    add_model_arguments(llm)
     llm.add_argument("--prompts", type=Path, default=None, help="a folder of prompt templates overriding the defaults")
     p.set_defaults(run=run)
     return p

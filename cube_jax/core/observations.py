@@ -90,11 +90,12 @@ def _vector_kernel(cfg: EnvConfig, ar, ac, br, bc, w, alive, t) -> jax.Array:
     return jnp.concatenate(own + [block_features.reshape(n, 5 * b, e), agent_features.reshape(n, 2 * n, e)], axis=1)
 
 
-def vector_observation(cfg: EnvConfig, state: State) -> jax.Array:
-    """The "vector" form for one state or a batch with any leading axes."""
+def _run_env_last(kernel, cfg: EnvConfig, state: State) -> jax.Array:
+    """``kernel(cfg, ar, ac, br, bc, w, alive, t)`` on the state's arrays moved environment-last;
+    its ``[N, D, E]`` result comes back as ``[*lead, N, D]``."""
     lead = state.t.shape
     pos, bpos = env_last(state.agent_pos, lead, 2), env_last(state.block_pos, lead, 2)
-    obs = _vector_kernel(
+    obs = kernel(
         cfg,
         pos[:, 0],
         pos[:, 1],
@@ -104,7 +105,13 @@ def vector_observation(cfg: EnvConfig, state: State) -> jax.Array:
         env_last(state.block_alive, lead, 1),
         env_last(state.t, lead, 0),
     )
-    return jnp.concatenate([_one_hot_ids(cfg.num_agents, lead), env_first(obs, lead)], axis=-1)
+    return env_first(obs, lead)
+
+
+def vector_observation(cfg: EnvConfig, state: State) -> jax.Array:
+    """The "vector" form for one state or a batch with any leading axes."""
+    ids = _one_hot_ids(cfg.num_agents, state.t.shape)
+    return jnp.concatenate([ids, _run_env_last(_vector_kernel, cfg, state)], axis=-1)
 
 
 def _one_hot_ids(n: int, lead: tuple) -> jax.Array:
@@ -191,19 +198,8 @@ def _egocentric_kernel(cfg: EnvConfig, ar, ac, br, bc, w, alive, t) -> jax.Array
 
 def egocentric_observation(cfg: EnvConfig, state: State) -> jax.Array:
     """The "egocentric" form for one state or a batch with any leading axes."""
-    lead = state.t.shape
-    pos, bpos = env_last(state.agent_pos, lead, 2), env_last(state.block_pos, lead, 2)
-    obs = _egocentric_kernel(
-        cfg,
-        pos[:, 0],
-        pos[:, 1],
-        bpos[:, 0],
-        bpos[:, 1],
-        env_last(state.block_weight, lead, 1),
-        env_last(state.block_alive, lead, 1),
-        env_last(state.t, lead, 0),
-    )
-    return jnp.concatenate([env_first(obs, lead), _one_hot_ids(cfg.num_agents, lead)], axis=-1)
+    ids = _one_hot_ids(cfg.num_agents, state.t.shape)
+    return jnp.concatenate([_run_env_last(_egocentric_kernel, cfg, state), ids], axis=-1)
 
 
 def agent_grid_observation(cfg: EnvConfig, state: State) -> jax.Array:

@@ -39,7 +39,6 @@ import dataclasses
 import logging
 import os
 import time
-from pathlib import Path
 from typing import Any, Awaitable, Callable, Deque, Dict, List, Mapping, Optional, Sequence, Union
 
 import jax
@@ -63,7 +62,8 @@ from cube_jax.agents.views import WorldView
 from cube_jax.core.env import CubeEnv, layout
 from cube_jax.evaluation.topologies import Topology, make_topology
 from cube_jax.evaluation.trace import TraceWriter, agent_name
-from cube_jax.symbolic.actions import FACE_PUSH_DIRECTION, PLAN_CHECK, PlanError, check_plan
+from cube_jax.symbolic.actions import PLAN_CHECK, PlanError, check_plan
+from cube_jax.symbolic.vocabulary import FACE_PUSH_DIRECTION
 from cube_jax.symbolic.executor import DONE, FAILED, PlanExecutor
 
 logger = logging.getLogger(__name__)

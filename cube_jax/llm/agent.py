@@ -25,7 +25,7 @@ from cube_jax.agents.base import Agent, Decision, DecisionContext, OutgoingMessa
 from cube_jax.llm.ask import ask
 from cube_jax.llm.client import ChatModel
 from cube_jax.llm.prompts import PromptBook
-from cube_jax.llm.replies import InterruptReply, MessageReply, PlanReply, ReplyContext
+from cube_jax.llm.replies import InterruptReply, MessageReply, ReplyContext
 
 log = logging.getLogger(__name__)
 

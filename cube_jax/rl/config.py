@@ -40,7 +40,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from cube_jax.core.observations import OBSERVATION_FORMS
+from cube_jax.core.observations import OBSERVATION_FORM_NAMES
 
 CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs"
 ALGO_FILES = ("ippo", "mappo")  # configs/<algo>.yaml; every other file there is a preset
@@ -71,14 +71,9 @@ Fraction = Annotated[float, Field(ge=0, le=1), BeforeValidator(_yaml_float)]
 Text = Annotated[str, BeforeValidator(_text)]
 
 
-def _form_names(forms) -> Tuple[str, ...]:
-    """Names of the core's observation forms (plain names, or declarations with a ``name``)."""
-    return tuple(getattr(form, "name", form) for form in forms)
-
-
 # Every observation form of the core is trainable: the actor flattens a form with more than
 # one feature axis ("grid") before its MLP (cube_jax/rl/networks.py).
-ObservationForm = Literal[_form_names(OBSERVATION_FORMS)]  # type: ignore[valid-type]
+ObservationForm = Literal[OBSERVATION_FORM_NAMES]  # type: ignore[valid-type]
 
 
 def _cross_field(message: str, *keys: str) -> PydanticCustomError:
