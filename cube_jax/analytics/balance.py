@@ -64,11 +64,12 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
-import msgspec
 import numpy as np
 
 from cube_jax.analytics.intervals import CONFIDENCE, RESAMPLES, bootstrap_ci
-from cube_jax.analytics.records import RecordError
+from cube_jax.analytics.records import Episode as EpisodeRecord
+from cube_jax.analytics.records import Record, RecordError, decode_records
+from cube_jax.analytics.records import Step as StepRecord
 
 BALANCE_METRICS = ("workload_balance", "workload_balance_kinds")
 # The per-episode keys ``cube-jax report`` adds beside the metrics of LLM.md section 6.
@@ -149,12 +150,15 @@ def step_pushes(agents: Sequence[Sequence[int]], blocks: Sequence[Sequence[Any]]
     """
     if len(actions) != len(agents):
         raise RecordError(0, "actions", f"{len(actions)} actions for {len(agents)} agents")
-    if agents and min(map(min, agents)) < 0:
+    cells = [(r, c) for r, c in agents]
+    if cells and min(map(min, cells)) < 0:
         raise RecordError(0, "agents", "a position lies outside the grid (negative row or column)")
-    occupied = dict(zip(map(tuple, agents), range(len(agents))))
     block_at = (_blocks or _Blocks()).at(blocks)
+    if not block_at:  # every block delivered: nothing to push
+        return [-1] * len(cells)
+    occupied = set(cells)
     pushed = []
-    for (r, c), action in zip(agents, actions):
+    for (r, c), action in zip(cells, actions):
         delta = _DELTAS.get(action)
         if delta is None:  # STAY (and anything outside 1..4, which the core treats as STAY)
             pushed.append(-1)
@@ -181,17 +185,31 @@ def episode_pushes(records: Sequence[Mapping[str, Any]]) -> Tuple[List[str], Lis
     if not records or records[0].get("type") != "episode":
         raise RecordError(1, "type", "the first record must be 'episode'")
     header = records[0]
-    names = _names(header["agents"])
-    kinds = [str((header["agents"][name] or {}).get("kind")) for name in names]
-    layout = header.get("layout") or {}
+    steps = ((line, r.get("actions"), r.get("agents", []), r.get("blocks", []))
+             for line, r in enumerate(records, start=1) if r.get("type") == "step")
+    return _count_pushes(header["agents"], header.get("layout") or {}, steps)
+
+
+def record_pushes(records: Sequence[Record]) -> Tuple[List[str], List[str], List[int]]:
+    """:func:`episode_pushes` of the typed records of :mod:`cube_jax.analytics.records` (as
+    :func:`~cube_jax.analytics.traces.load_metric_records` gives them)."""
+    if not records or not isinstance(records[0], EpisodeRecord):
+        raise RecordError(1, "type", "the first record must be 'episode'")
+    header = records[0]
+    steps = ((line, r.actions, r.agents, r.blocks)
+             for line, r in enumerate(records, start=1) if type(r) is StepRecord)
+    return _count_pushes(header.agents, header.layout, steps)
+
+
+def _count_pushes(agents_of: Mapping[str, Any], layout: Mapping[str, Any], steps) -> Tuple[List[str], List[str], List[int]]:
+    """Counts pushes over ``steps``: ``(line, actions by name, agents after, blocks after)``."""
+    names = _names(agents_of)
+    kinds = [str((agents_of[name] or {}).get("kind")) for name in names]
     agents, blocks = layout.get("agents", []), layout.get("blocks", [])
     counts = [0] * len(names)
     cache = _Blocks()
     source = 1  # the line the positions before the next step come from
-    for line, record in enumerate(records, start=1):
-        if record.get("type") != "step":
-            continue
-        actions = record.get("actions") or {}
+    for line, actions, after_agents, after_blocks in steps:
         try:
             primitive = [actions[name] for name in names]
         except (KeyError, TypeError):
@@ -203,7 +221,7 @@ def episode_pushes(records: Sequence[Mapping[str, Any]]) -> Tuple[List[str], Lis
         for i, block in enumerate(pushed):
             if block >= 0:
                 counts[i] += 1
-        agents, blocks, source = record.get("agents", []), record.get("blocks", []), line
+        agents, blocks, source = after_agents, after_blocks, line
     return names, kinds, counts
 
 
@@ -222,44 +240,18 @@ def episode_workload(records: Sequence[Mapping[str, Any]]) -> Dict[str, Any]:
     return workload(*episode_pushes(records))
 
 
-# --- reading only what the balance needs from a trace file -----------------------------------------
-
-
-class _Header(msgspec.Struct, tag="episode", tag_field="type", gc=False):
-    agents: Dict[str, Dict[str, Any]]
-    layout: Dict[str, Any]
-
-
-class _Step(msgspec.Struct, tag="step", tag_field="type", gc=False):
-    actions: Dict[str, int]
-    agents: List[Tuple[int, int]]
-    blocks: List[Tuple[int, int, int, bool]]
-
-
-class _Other(msgspec.Struct, gc=False):
-    pass
-
-
-# Records the balance does not read decode to empty structs: every key is skipped.
-_SKIPPED = [type(f"_Skip_{kind}", (_Other,), {}, tag=kind, tag_field="type")
-            for kind in ("stage", "plan", "message", "llm", "end")]
-_DECODER = msgspec.json.Decoder(List[Union[(_Header, _Step, *_SKIPPED)]])
+def record_workload(records: Sequence[Record]) -> Dict[str, Any]:
+    """The workload keys of one episode's typed records (see :func:`workload`)."""
+    return workload(*record_pushes(records))
 
 
 def trace_workload(path: Union[str, os.PathLike]) -> Dict[str, Any]:
     """The workload keys of the trace file at ``path``; RecordError when it cannot be read."""
-    data = Path(path).read_bytes()
     try:
-        lines = _DECODER.decode(b"[" + b",".join(data.splitlines()) + b"]")
-    except msgspec.MsgspecError as err:
-        raise RecordError(0, None, f"not a trace: {str(err)[:120]}") from None
-    if not lines or not isinstance(lines[0], _Header):
-        raise RecordError(1, "type", "the first record must be 'episode'")
-    header = lines[0]
-    records = [{"type": "episode", "agents": header.agents, "layout": header.layout}]
-    records += [{"type": "step", "actions": r.actions, "agents": r.agents, "blocks": r.blocks}
-                for r in lines if type(r) is _Step]
-    return episode_workload(records)
+        records = decode_records(Path(path).read_bytes())
+    except RecordError as err:
+        raise RecordError(err.line, err.key, f"not a trace: {str(err)[:120]}") from None
+    return record_workload(records)
 
 
 def summarize_workload(episodes: Sequence[Mapping[str, Any]], strata: Optional[Sequence[object]] = None,
@@ -280,5 +272,5 @@ def summarize_workload(episodes: Sequence[Mapping[str, Any]], strata: Optional[S
     return out
 
 
-__all__ = ["BALANCE_KEYS", "BALANCE_METRICS", "coblock_gamma", "episode_pushes", "episode_workload", "step_pushes",
-           "summarize_workload", "trace_workload", "workload", "workload_balance"]
+__all__ = ["BALANCE_KEYS", "BALANCE_METRICS", "coblock_gamma", "episode_pushes", "episode_workload", "record_pushes",
+           "record_workload", "step_pushes", "summarize_workload", "trace_workload", "workload", "workload_balance"]

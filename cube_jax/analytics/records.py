@@ -35,6 +35,7 @@ class Episode(msgspec.Struct, tag="episode", tag_field="type", gc=False):
     env: Dict[str, Any]
     topology: str
     agents: Dict[str, Any]
+    layout: Dict[str, Any]  # read by the workload balance (cube_jax.analytics.balance)
 
 
 class Stage(msgspec.Struct, tag="stage", tag_field="type", gc=False):
@@ -74,6 +75,10 @@ class Step(msgspec.Struct, tag="step", tag_field="type", gc=False):
     wall: float
     delivered: List[int]
     tasks: Dict[str, TaskCounts]
+    # read by the workload balance
+    actions: Dict[str, int]
+    agents: List[Tuple[int, int]]
+    blocks: List[Tuple[int, int, int, bool]]
 
 
 class End(msgspec.Struct, tag="end", tag_field="type", gc=False):

@@ -42,7 +42,7 @@ import os
 from pathlib import Path
 from typing import Dict, Iterable, List, Sequence, Union
 
-from cube_jax.analytics.balance import summarize_workload, trace_workload
+from cube_jax.analytics.balance import record_workload, summarize_workload
 from cube_jax.analytics.intervals import CONFIDENCE, RESAMPLES, summarize
 from cube_jax.analytics.metrics import METRICS, episode_metrics
 from cube_jax.analytics.records import RecordError, header_fields
@@ -109,7 +109,7 @@ def measure_trace(path: PathLike, validate: bool = False) -> dict:
         records = load_metric_records(path)
         try:
             metrics = episode_metrics(records)
-            balance = trace_workload(path)
+            balance = record_workload(records)
         except RecordError as err:
             raise problem_of(path) or TraceError(str(path), TraceProblem(err.line, err.key, str(err))) from None
     return {"trace": str(path), "seed": records[0].seed, **metrics, **balance,
