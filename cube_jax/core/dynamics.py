@@ -189,13 +189,6 @@ def composites(front: jax.Array, pushed: jax.Array) -> Tuple[jax.Array, jax.Arra
 # --- geometry ------------------------------------------------------------------------------
 
 
-def _index_of(match: jax.Array, plus_one: bool = False) -> jax.Array:
-    """int32[M, E]: the index of the (at most one) True entry along axis 1 of ``match`` [M, X, E]
-    (``plus_one``: the index + 1, and 0 where there is none)."""
-    idx = jnp.arange(int(plus_one), match.shape[1] + int(plus_one), dtype=jnp.int32)[None, :, None]
-    return jnp.where(match, idx, 0).sum(1, dtype=jnp.int32)
-
-
 def _in_squares(r, c, br, bc, w) -> jax.Array:
     """bool[M, B, E]: cell (r[m], c[m]) lies in the w x w square of block b."""
     r, c = r[:, None], c[:, None]
@@ -255,6 +248,14 @@ def _pushers_ahead(ar, ac, pusher, d: int) -> jax.Array:
 # --- phases --------------------------------------------------------------------------------
 
 
+def _phase_result(d: int, ar, ac, br, bc, agent_moves, block_moves, engaged, moved, force):
+    """What a push phase returns (both kernels): the agents and blocks that move shifted one
+    cell in d, the engaged agents, the blocks moved so far, and F per block."""
+    dr, dc = ACTION_DELTAS[d]
+    step_b, step_a = block_moves.astype(jnp.int32), agent_moves.astype(jnp.int32)
+    return ar + dr * step_a, ac + dc * step_a, br + dr * step_b, bc + dc * step_b, engaged, moved | block_moves, force
+
+
 def push_phase(cfg: EnvConfig, keep, d: int, actions, ar, ac, br, bc, w, alive, engaged, moved):
     """One push phase in direction d on [X, E] arrays; returns them updated and F per block."""
     k = cfg.grid_size
@@ -283,16 +284,7 @@ def push_phase(cfg: EnvConfig, keep, d: int, actions, ar, ac, br, bc, w, alive, 
     block_moves = in_composite & (total_force >= total_weight) & ~blocked  # [B, E]
     agent_moves = (hit & block_moves[None]).any(1)  # [N, E]
 
-    step_b, step_a = block_moves.astype(jnp.int32), agent_moves.astype(jnp.int32)
-    return (
-        ar + dr * step_a,
-        ac + dc * step_a,
-        br + dr * step_b,
-        bc + dc * step_b,
-        engaged | hit.any(1),
-        moved | block_moves,
-        force,
-    )
+    return _phase_result(d, ar, ac, br, bc, agent_moves, block_moves, engaged | hit.any(1), moved, force)
 
 
 def movement_phase(cfg: EnvConfig, keep, actions, ar, ac, br, bc, w, alive, engaged):
@@ -522,7 +514,6 @@ def push_phase_folded(cfg: EnvConfig, keep, d: int, actions, ar, ac, br, bc, w, 
     Every value read more than once comes out of a region; independent values share one.
     """
     b = br.shape[0]
-    dr, dc = ACTION_DELTAS[d]
     pusher = actions == d
 
     def start(ar, ac, pusher, br, bc, w, alive, moved):
@@ -539,16 +530,7 @@ def push_phase_folded(cfg: EnvConfig, keep, d: int, actions, ar, ac, br, bc, w, 
     comp = _until_stable(_compose_rows, touch & in_v)
     block_moves, moves_bits = _region(keep, _block_moves, movable, comp, stuck, force, w)
     agent_moves = (target > 0) & _has_bit(moves_bits[None], jnp.maximum(target - 1, 0))
-    step_b, step_a = block_moves.astype(jnp.int32), agent_moves.astype(jnp.int32)
-    return (
-        ar + dr * step_a,
-        ac + dc * step_a,
-        br + dr * step_b,
-        bc + dc * step_b,
-        engaged | (target > 0),
-        moved | block_moves,
-        force,
-    )
+    return _phase_result(d, ar, ac, br, bc, agent_moves, block_moves, engaged | (target > 0), moved, force)
 
 
 def _walls_and_blocks(k: int, tr, tc, mover, br, bc, w, alive):

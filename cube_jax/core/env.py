@@ -26,7 +26,8 @@ from cube_jax.core.checks import (
     excerpt,
 )
 from cube_jax.core.dynamics import batched_step, reward_and_flags
-from cube_jax.core.observations import OBSERVATION_FORM_NAMES, ObservationForm, observation_form, observation_shape, observe
+from cube_jax.core.observations import (OBSERVATION_FORM_NAMES, ObservationForm, observation_form, observation_shape,
+                                        observe)
 from cube_jax.core.scenario import Scenario, load_scenario, render_ascii
 from cube_jax.core.types import NUM_ACTIONS, EnvConfig, State, StepEvents, TimeStep
 

@@ -332,8 +332,3 @@ def _batched_form(cfg: EnvConfig, form):
 def observation_shape(cfg: EnvConfig) -> tuple:
     """``(N, *F)`` of ``cfg.observation``."""
     return observation_form(cfg.observation).shape(cfg)
-
-
-def observation_bounds(cfg: EnvConfig, max_weight: Optional[int] = None) -> Bounds:
-    """``(low, high)`` float32[*F] of one agent's ``cfg.observation`` (see :meth:`ObservationForm.bounds`)."""
-    return observation_form(cfg.observation).bounds(cfg, max_weight)
