@@ -102,24 +102,27 @@ def create_app(env: CubeEnv, settings: Settings, replays: Sequence[Path] = (), p
     async def api_traces(request: Request) -> Response:
         return _json({"folder": str(settings.out), "traces": shelf.entries()})
 
+    async def from_shelf(read, name: str, hint: str = ""):
+        """``(read(name), None)`` off the event loop, or ``(None, the error response)``."""
+        try:
+            return await asyncio.to_thread(read, name), None
+        except KeyError:
+            return None, _error(f"no trace named {name[:80]!r} here{hint}", 404)
+        except TraceError as err:
+            return None, _error(f"not a valid trace: {err.problem}", 422)
+
     async def api_trace(request: Request) -> Response:
         name = request.query_params.get("name", "")
-        try:
-            records = await asyncio.to_thread(shelf.records, name)
-        except KeyError:
-            return _error(f"no trace named {name[:80]!r} here; GET /api/traces lists them", 404)
-        except TraceError as err:
-            return _error(f"not a valid trace: {err.problem}", 422)
+        records, error = await from_shelf(shelf.records, name, "; GET /api/traces lists them")
+        if error is not None:
+            return error
         return _json(replay_payload(records, name, f"/api/timeline?name={_quote(name)}"))
 
     async def api_timeline(request: Request) -> Response:
         name = request.query_params.get("name", "")
-        try:
-            png = await asyncio.to_thread(shelf.timeline, name)
-        except KeyError:
-            return _error(f"no trace named {name[:80]!r} here", 404)
-        except TraceError as err:
-            return _error(f"not a valid trace: {err.problem}", 422)
+        png, error = await from_shelf(shelf.timeline, name)
+        if error is not None:
+            return error
         return Response(png, media_type="image/png", headers=SECURITY_HEADERS)
 
     async def api_replay(request: Request) -> Response:
