@@ -43,6 +43,8 @@ from cube_jax.evaluation import Episode, Limits, run_episodes  # noqa: E402
 from cube_jax.evaluation.topologies import TOPOLOGIES  # noqa: E402
 from cube_jax.llm import ModelClient  # noqa: E402
 from cube_jax.llm.agent import LLMAgent  # noqa: E402
+
+from bench_common import markdown_table  # noqa: E402
 from tests.sound_model import SoundModel  # noqa: E402
 
 
@@ -167,17 +169,6 @@ def bench_outcomes(world: str, topology: str, seeds: int) -> dict:
     }
 
 
-def _table(title, rows, columns) -> str:
-    lines = [f"\n## {title}", "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
-    for row in rows:
-        cells = []
-        for c in columns:
-            v = row.get(c, "")
-            cells.append(f"{v:.3g}" if isinstance(v, float) else str(v))
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
-
-
 def _plot(rows, path: Path) -> None:
     import matplotlib
 
@@ -217,7 +208,7 @@ def main(argv=None) -> int:
         overhead.append(bench_overhead(n, steps=10 if n >= 64 else 20))
         print(f"  overhead n={n}: {overhead[-1]['decision_ms_mean']:.2f} ms/decision", flush=True)
     results["overhead"] = overhead
-    print(_table("harness time per decision (model time excluded)", overhead,
+    print(markdown_table("harness time per decision (model time excluded)", overhead,
                  ["n", "grid", "blocks", "decisions", "model_calls", "decision_ms_mean", "decision_ms_p95", "view_ms_per_step",
                   "prompt_chars_mean"]))
 
@@ -231,7 +222,7 @@ def main(argv=None) -> int:
     for row in throughput:
         row["speedup_vs_c1"] = base / (row["wall_s"] / row["episodes"])
     results["throughput"] = throughput
-    print(_table(f"episodes per hour, hard, 3 agents, {args.latency} s per call", throughput,
+    print(markdown_table(f"episodes per hour, hard, 3 agents, {args.latency} s per call", throughput,
                  ["concurrency", "episodes", "wall_s", "episodes_per_hour", "speedup_vs_c1", "calls", "max_in_flight",
                   "success_rate"]))
 
@@ -243,7 +234,7 @@ def main(argv=None) -> int:
             outcomes.append(bench_outcomes(world, topology, seeds))
             print(f"  outcomes {world} {topology}: {outcomes[-1]['blocks_delivered_mean']:.2f} blocks", flush=True)
     results["outcomes"] = outcomes
-    print(_table("sound-plan model: blocks delivered per topology", outcomes,
+    print(markdown_table("sound-plan model: blocks delivered per topology", outcomes,
                  ["world", "topology", "episodes", "blocks_delivered_mean", "blocks_total", "success_rate",
                   "steps_mean", "model_calls_mean"]))
 

@@ -42,6 +42,8 @@ import numpy as np
 import cube_jax
 from cube_jax.core.wrappers import AutoResetWrapper
 
+from bench_common import markdown_table
+
 ROOT = Path(__file__).resolve().parents[1]
 ACTION_TABLE = 16  # rollouts cycle through this many pre-drawn joint actions
 
@@ -301,19 +303,6 @@ def bench_large(n: int, repeats: int, observation: str) -> dict:
     }
 
 
-def _table(title: str, rows: list, columns: list) -> str:
-    lines = [f"\n## {title}", "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
-    for row in rows:
-        cells = []
-        for col in columns:
-            v = row.get(col, "")
-            if isinstance(v, float):
-                v = f"{v:.3g}" if abs(v) < 1e4 else f"{v:.3e}"
-            cells.append(str(v))
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
-
-
 def _plot(rows: list, path: Path) -> None:
     import matplotlib
 
@@ -391,7 +380,8 @@ def main(argv=None) -> int:
     print(f"JAX {jax.__version__} on {jax.default_backend()} ({os.cpu_count()} CPUs), load average {os.getloadavg()[0]:.1f}")
     ref = bench_reference(4, seconds=1.0 if quick else 3.0)
     results["reference"] = [ref]
-    print(_table("plain-Python reference (tests/reference.py), n=4, one env", [ref], ["n", "envs", "env_steps_per_s"]))
+    print(markdown_table("plain-Python reference (tests/reference.py), n=4, one env", [ref],
+                         ["n", "envs", "env_steps_per_s"]))
 
     cases = []
     for e in env_counts:
@@ -414,7 +404,7 @@ def main(argv=None) -> int:
     results["dynamics"] = sweep
     cols = ["n", "grid", "blocks", "envs", "env_steps_per_s", "agent_steps_per_s", "x_n4_per_agent", "x_reference",
             "compile_s", "memory_bytes"]
-    print(_table("dynamics: random actions, no reset, vmapped", sweep, cols))
+    print(markdown_table("dynamics: random actions, no reset, vmapped", sweep, cols))
 
     train_envs = 1024
     cases = [
@@ -439,24 +429,24 @@ def main(argv=None) -> int:
             vector = next(r for r in training if r.get("observation") == "vector" and r["layouts"] == row["layouts"])
             row["x_vector"] = row["env_steps_per_s"] / vector["env_steps_per_s"]
     results["training"] = training
-    print(_table("training-shaped: auto-reset + observations consumed", training,
+    print(markdown_table("training-shaped: auto-reset + observations consumed", training,
                  ["env", "envs", "obs_per_agent", "env_steps_per_s", "x_lbf", "x_vector",
                   "episodes_ended_per_1k_steps", "compile_s"]))
 
     large_n, large_envs = (64, 16) if quick else (256, 64)
     large_training = measure([training_case(large_n, large_envs, 8, "egocentric", 0)], repeats)
     results["large_training"] = large_training
-    print(_table("large n, training-shaped: auto-reset, fresh layouts, egocentric observations consumed",
+    print(markdown_table("large n, training-shaped: auto-reset, fresh layouts, egocentric observations consumed",
                  large_training, ["env", "envs", "obs_per_agent", "env_steps_per_s", "compile_s"]))
 
     resets = bench_reset(4, 1024, repeats)
     results["reset"] = resets
-    print(_table("reset alone, n=4", resets, ["n", "reset", "envs", "resets_per_s"]))
+    print(markdown_table("reset alone, n=4", resets, ["n", "reset", "envs", "resets_per_s"]))
 
     large_ns = [16, 64] if quick else [64, 256]
     large = [bench_large(n, max(repeats, 5), "egocentric") for n in large_ns]
     results["large"] = large
-    print(_table("one jitted step of one env (latency)", large,
+    print(markdown_table("one jitted step of one env (latency)", large,
                  ["n", "grid", "blocks", "observation", "step_ms", "compile_s", "memory_bytes"]))
 
     results["machine"]["load_average_at_end"] = os.getloadavg()
