@@ -30,7 +30,7 @@ from pathlib import Path
 
 from cube_jax.analytics.report import build_report, default_jobs, measure_traces
 from cube_jax.analytics.synthetic import random_trace
-from cube_jax.evaluation.trace import dumps
+from cube_jax.trace import dumps
 
 RESULTS = Path(__file__).parent / "results"
 WEIGHTS = [3, 2, 2, 1, 1, 1]  # the blocks of make(n=4)

@@ -25,7 +25,7 @@ from cube_jax.analytics.metrics import EMCOOP_LEGEND, EMCOOP_METRICS, METRICS, R
 from cube_jax.analytics.records import decode_records
 from cube_jax.analytics.synthetic import random_trace
 from cube_jax.analytics.traces import load_trace
-from cube_jax.evaluation.trace import agent_name, dumps, read_trace, validate_trace
+from cube_jax.trace import agent_name, dumps, read_trace, validate_trace
 
 
 # --- hand-built traces: a builder that keeps `t` and the step count right -------------------------

@@ -18,7 +18,7 @@ from cube_jax.analytics.report import build_report, measure_traces, validate_tra
 from cube_jax.analytics.synthetic import random_trace
 from cube_jax.analytics.timeline import render_timeline, timeline_axis
 from cube_jax.analytics.traces import load_trace, stratum, team_label
-from cube_jax.evaluation.trace import TraceError, dumps
+from cube_jax.trace import TraceError, dumps
 from tests.test_analytics_metrics import TraceBuilder
 
 

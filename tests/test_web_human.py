@@ -9,7 +9,7 @@ import pytest
 import cube_jax
 from cube_jax.agents import Agent, Decision, OutgoingMessage, Plan, ScriptedAgent
 from cube_jax.evaluation import Episode, Limits, validate_trace
-from cube_jax.evaluation.trace import read_trace
+from cube_jax.trace import read_trace
 from cube_jax.symbolic import parse_plan
 from cube_jax.web import human as human_module
 from cube_jax.web.human import HumanAgent, TurnListener, turn_info

@@ -181,7 +181,7 @@ def _names(agents: Mapping[str, Any]) -> List[str]:
 
 def episode_pushes(records: Sequence[Mapping[str, Any]]) -> Tuple[List[str], List[str], List[int]]:
     """(agent names in id order, their kinds, steps at which each pushed) for one episode's
-    records (dicts as :func:`~cube_jax.evaluation.trace.read_trace` gives them)."""
+    records (dicts as :func:`~cube_jax.trace.read_trace` gives them)."""
     if not records or records[0].get("type") != "episode":
         raise RecordError(1, "type", "the first record must be 'episode'")
     header = records[0]

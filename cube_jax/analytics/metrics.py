@@ -1,7 +1,7 @@
 """The metrics of one episode, from its trace alone (LLM.md section 6).
 
 :func:`episode_metrics` reads the records of one trace (dicts, as
-:func:`~cube_jax.evaluation.trace.read_trace` returns them, or the structs of
+:func:`~cube_jax.trace.read_trace` returns them, or the structs of
 :mod:`cube_jax.analytics.records`) in one pass and returns every metric: the outcomes, EmCoop's eighteen under its legend's names, and the cost of the model
 calls. The definitions, in short (T = the ``end`` record's ``steps``, at least 1):
 
@@ -106,7 +106,7 @@ _NO_COUNTS = TaskCounts(0, 0, 0, 0)
 def episode_metrics(records: Sequence[Union[dict, Record]]) -> Dict[str, object]:
     """Every metric of LLM.md section 6 for one episode's records (see the module docstring).
 
-    ``records`` are dicts (as :func:`~cube_jax.evaluation.trace.read_trace` returns them, or
+    ``records`` are dicts (as :func:`~cube_jax.trace.read_trace` returns them, or
     as a running episode keeps them) or the structs of :mod:`cube_jax.analytics.records`;
     the first must be the ``episode`` record and the last the ``end`` record. Counts are
     ints, ``success`` a bool, the rest floats. Raises

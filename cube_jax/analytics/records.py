@@ -129,7 +129,7 @@ def decode_records(data: bytes) -> List[Record]:
 
 
 def from_dicts(records: Sequence[dict]) -> List[Record]:
-    """The structs of records held as dicts (as :func:`~cube_jax.evaluation.trace.read_trace`
+    """The structs of records held as dicts (as :func:`~cube_jax.trace.read_trace`
     or a running episode keep them)."""
     try:
         return msgspec.convert(list(records), List[Record])

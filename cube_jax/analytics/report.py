@@ -20,7 +20,7 @@ means and intervals over the episodes where they are defined, with their number
 
 >>> import tempfile, pathlib
 >>> from cube_jax.analytics.synthetic import random_trace
->>> from cube_jax.evaluation.trace import dumps
+>>> from cube_jax.trace import dumps
 >>> folder = pathlib.Path(tempfile.mkdtemp())
 >>> for seed in range(3):
 ...     _ = (folder / f"episode_{seed}.jsonl").write_text(dumps(random_trace(seed, n=2, steps=10)))
@@ -47,7 +47,7 @@ from cube_jax.analytics.intervals import CONFIDENCE, RESAMPLES, summarize
 from cube_jax.analytics.metrics import METRICS, episode_metrics
 from cube_jax.analytics.records import RecordError, header_fields
 from cube_jax.analytics.traces import collector_paused, load_metric_records, problem_of, run_fields, trace_paths
-from cube_jax.evaluation.trace import TraceError, TraceProblem, validate_trace
+from cube_jax.trace import TraceError, TraceProblem, validate_trace
 
 logger = logging.getLogger(__name__)
 
@@ -97,7 +97,7 @@ class Report:
 def measure_trace(path: PathLike, validate: bool = False) -> dict:
     """``{"trace", "seed", <every metric>}`` and the run's fields (``"run"``) for one file.
 
-    Raises :class:`~cube_jax.evaluation.trace.TraceError` naming the line and key of the
+    Raises :class:`~cube_jax.trace.TraceError` naming the line and key of the
     first problem of a file that is not a valid trace. ``validate`` checks every record
     against the full schema first (slower); without it, only what the metrics use is checked.
     """

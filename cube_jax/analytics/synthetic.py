@@ -19,7 +19,7 @@ from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
-from cube_jax.evaluation.trace import FACE_NAMES, SCHEMA_VERSION, agent_name
+from cube_jax.trace import FACE_NAMES, SCHEMA_VERSION, agent_name
 
 FAILURE_REASONS = ("blocked by an agent", "block out of reach", "timeout")
 

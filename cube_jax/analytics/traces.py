@@ -1,7 +1,7 @@
 """Loading traces fast, and what a trace's header says about its run.
 
 Validating every record of many long traces with pydantic
-(:func:`cube_jax.evaluation.trace.read_trace`) costs more than their metrics. Two faster
+(:func:`cube_jax.trace.read_trace`) costs more than their metrics. Two faster
 readers parse a whole file in one ``msgspec`` call and check what their users rely on:
 
 - :func:`load_metric_records` decodes only what the metrics read, into the typed records of
@@ -12,11 +12,11 @@ readers parse a whole file in one ``msgspec`` call and check what their users re
   events are known ones.
 
 A file that fails a check is handed to the full validator, so that the error names the line
-and the key as :func:`~cube_jax.evaluation.trace.validate_trace` does.
+and the key as :func:`~cube_jax.trace.validate_trace` does.
 
 >>> import io
 >>> from cube_jax.analytics.synthetic import random_trace
->>> from cube_jax.evaluation.trace import dumps
+>>> from cube_jax.trace import dumps
 >>> records = load_trace(io.StringIO(dumps(random_trace(seed=0, n=2, steps=5))))
 >>> records[0]["type"], records[-1]["type"], records[-1]["steps"]
 ('episode', 'end', 5)
@@ -35,7 +35,7 @@ from typing import IO, Dict, Iterable, List, Optional, Union
 import msgspec
 
 from cube_jax.analytics.records import Record, RecordError, check_order, decode_records
-from cube_jax.evaluation.trace import (
+from cube_jax.trace import (
     PLAN_EVENTS,
     RECORD_MODELS,
     STAGES,
@@ -119,7 +119,7 @@ def _structure_problem(records: list, check_records: bool) -> Optional[TraceProb
 def load_trace(source: Source, check: bool = True) -> List[dict]:
     """The records of one trace file (or text stream), checked for what the metrics need.
 
-    Raises :class:`~cube_jax.evaluation.trace.TraceError` naming the line and key of the
+    Raises :class:`~cube_jax.trace.TraceError` naming the line and key of the
     first problem when the file is not a trace. ``check=False`` checks only that the file
     is JSON Lines that starts with an ``episode`` and ends with an ``end`` record, and
     leaves the rest to the caller (:func:`~cube_jax.analytics.metrics.episode_metrics`
@@ -157,7 +157,7 @@ def load_metric_records(source: Source) -> List[Record]:
     """What the metrics read of one trace file (or stream), as the structs of
     :mod:`cube_jax.analytics.records`: the fastest way from a file to
     :func:`~cube_jax.analytics.metrics.episode_metrics`. Raises
-    :class:`~cube_jax.evaluation.trace.TraceError` naming the line and key of the first problem.
+    :class:`~cube_jax.trace.TraceError` naming the line and key of the first problem.
     """
     name, data = _read_bytes(source)
     try:

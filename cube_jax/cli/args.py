@@ -68,7 +68,7 @@ def add_world_arguments(p: argparse.ArgumentParser, scenario_note: str = "") -> 
 
 def add_topology_arguments(p: argparse.ArgumentParser) -> None:
     """``--topology`` and ``--budget``: who may talk to whom."""
-    from cube_jax.evaluation.topologies import TOPOLOGIES
+    from cube_jax.runtime.topologies import TOPOLOGIES
 
     p.add_argument("--topology", choices=sorted(TOPOLOGIES), default="individual", help="who may talk to whom")
     p.add_argument("--budget", type=non_negative_int, default=None,

@@ -159,7 +159,7 @@ def _episode(env, kwargs, members, seed: int, args, clients: Clients, prompts):
 
     agents = team_agents(env, members, factories={"llm": llm_factory})
     limits = Limits(max_steps=args.max_steps, max_calls=args.max_calls, max_wall_s=args.max_wall)
-    from cube_jax.evaluation.topologies import make_topology
+    from cube_jax.runtime.topologies import make_topology
 
     topology = make_topology(args.topology, env.num_agents, args.budget)
     return Episode(env, agents, seed=seed, topology=topology, limits=limits,

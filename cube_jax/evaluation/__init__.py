@@ -6,12 +6,12 @@
   (:mod:`cube_jax.evaluation.episode`): decision makers of every kind under EmCoop's MAEIL
   stages and a communication topology (:mod:`cube_jax.evaluation.topologies`);
 * :class:`TraceWriter`, :func:`read_trace`, :func:`validate_trace`
-  (:mod:`cube_jax.evaluation.trace`): the trace format of LLM.md section 5.
+  (:mod:`cube_jax.trace`): the trace format of LLM.md section 5.
 """
-from cube_jax.evaluation.episode import Episode, EpisodeResult, Limits, run_episode, run_episodes
+from cube_jax.runtime.loop import Episode, EpisodeResult, Limits, run_episode, run_episodes
 from cube_jax.evaluation.batched import EpisodeStats, evaluate, rollout, summarize
-from cube_jax.evaluation.topologies import TOPOLOGIES, Topology, make_topology
-from cube_jax.evaluation.trace import TraceError, TraceWriter, read_trace, validate_trace
+from cube_jax.runtime.topologies import TOPOLOGIES, Topology, make_topology
+from cube_jax.trace import TraceError, TraceWriter, read_trace, validate_trace
 
 __all__ = [
     "Episode",

@@ -30,9 +30,9 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Set
 
 
 from cube_jax.core.env import CubeEnv, layout
-from cube_jax.evaluation.episode import Episode, EpisodeEnded, EpisodeResult, Limits
-from cube_jax.evaluation.topologies import make_topology
-from cube_jax.evaluation.trace import agent_name
+from cube_jax.runtime.loop import Episode, EpisodeEnded, EpisodeResult, Limits
+from cube_jax.runtime.topologies import make_topology
+from cube_jax.trace import agent_name
 from cube_jax.symbolic.actions import PlanError
 from cube_jax.teams import BUILTIN_KINDS, Member, parse_team, team_agents
 from cube_jax.web import protocol

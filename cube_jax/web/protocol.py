@@ -24,7 +24,7 @@ from typing import Annotated, Any, Dict, List, Literal, Optional, Tuple, Union
 
 import pydantic
 
-from cube_jax.evaluation.episode import MAX_MESSAGE_CHARS
+from cube_jax.runtime.loop import MAX_MESSAGE_CHARS
 
 # The largest text frame the server reads (the transport closes connections past 1 MiB).
 MAX_FRAME_BYTES = 16 * 1024

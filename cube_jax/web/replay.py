@@ -24,7 +24,7 @@ from typing import Dict, Iterable, List, Optional, Tuple, Union
 
 from cube_jax.core.generator import grid_size_for
 from cube_jax.core.scenario import load_scenario, named_scenarios
-from cube_jax.evaluation.trace import TraceError, read_trace
+from cube_jax.trace import TraceError, read_trace
 
 logger = logging.getLogger(__name__)
 

@@ -60,8 +60,8 @@ from cube_jax.agents.base import (
 )
 from cube_jax.agents.views import WorldView
 from cube_jax.core.env import CubeEnv, layout
-from cube_jax.evaluation.topologies import Topology, make_topology
-from cube_jax.evaluation.trace import TraceWriter, agent_name
+from cube_jax.runtime.topologies import Topology, make_topology
+from cube_jax.trace import TraceWriter, agent_name
 from cube_jax.symbolic.actions import PLAN_CHECK, PlanError, check_plan
 from cube_jax.symbolic.vocabulary import FACE_PUSH_DIRECTION
 from cube_jax.symbolic.executor import DONE, FAILED, PlanExecutor

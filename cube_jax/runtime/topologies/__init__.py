@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Type
 from cube_jax.agents.base import Purpose, TopologyView
 
 if TYPE_CHECKING:  # pragma: no cover
-    from cube_jax.evaluation.episode import Episode
+    from cube_jax.runtime.loop import Episode
 
 
 class Topology:
