@@ -6,8 +6,9 @@
 Every episode uses the default curriculum and ``default_max_steps(n)``; seed s resets the
 environment with ``jax.random.PRNGKey(s)``. Episodes run on the CPU episode loop
 (:func:`cube_jax.evaluation.run_episode`), with ``--traces DIR`` writing one trace per
-episode (``DIR/<planner>-n<n>/episode-<seed>.jsonl``) for ``cube-jax report``. Prints a table
-and writes ``benchmarks/results/planners.json`` and ``benchmarks/results/planners.png``.
+episode (``DIR/<planner>-n<n>/episode-<seed>.jsonl``) for ``cube-jax report``. Prints a table,
+writes ``benchmarks/results/planners.json`` and ``benchmarks/results/planners.png``, and
+rewrites the table of ``docs/symbolic.md`` from that JSON (:func:`render`).
 """
 from __future__ import annotations
 
@@ -27,6 +28,20 @@ from cube_jax.evaluation import run_episode
 
 PLANNERS = PLANNER_TEAMS
 RESULTS = Path(__file__).parent / "results"
+DOC = Path(__file__).resolve().parents[1] / "docs" / "symbolic.md"
+SCRIPT, JSON_PATH = "benchmarks/planners.py", "benchmarks/results/planners.json"
+
+
+def render(data: dict) -> str:
+    """docs/symbolic.md's table: success rate and mean steps per n of each planner."""
+    rows = data["results"]
+    lines = ["| n | blocks | max_steps | heuristic success | heuristic mean steps | team success | team mean steps |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]
+    for n in sorted({r["n"] for r in rows}):
+        h, t = (next(r for r in rows if r["n"] == n and r["planner"] == name) for name in ("heuristic", "team"))
+        lines.append(f"| {n} | {h['blocks']} | {h['max_steps']} | {h['success_rate']:.3f} | {h['mean_steps']:.1f} | "
+                     f"{t['success_rate']:.3f} | {t['mean_steps']:.1f} |")
+    return "\n".join(lines) + "\n"
 
 
 def evaluate(n: int, planner_name: str, episodes: int, traces: Path = None) -> dict:
@@ -117,6 +132,14 @@ def main() -> None:
     (args.out / "planners.json").write_text(json.dumps({"episodes_per_n": args.episodes, "results": rows}, indent=1))
     plot(rows, args.out / "planners.png")
     partial.unlink(missing_ok=True)
+    if args.out.resolve() == RESULTS.resolve():
+        import sys
+
+        sys.path.insert(0, str(Path(__file__).parent))
+        from bench_common import write_generated
+
+        write_generated(DOC, SCRIPT, JSON_PATH)
+        print(f"rewrote the table of {DOC}")
     print(f"wrote {args.out / 'planners.json'} and {args.out / 'planners.png'}")
 
 

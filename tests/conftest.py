@@ -1,10 +1,21 @@
-"""Shared test setup: a persistent JAX compilation cache.
+"""Shared test setup: a persistent JAX compilation cache, and the browser the browser tests drive.
 
 Many tests (and the scripts they run as subprocesses) compile the same programs; the
 on-disk cache lets xdist workers and subprocesses reuse each other's compilations.
+
+The browser tests drive Debian's ``chromium``. The ``chromium`` fixture installs it with
+apt-get the first time it is needed on a machine that lacks it (as root, or through
+passwordless sudo), so the README's test command alone passes on a fresh machine; a file
+lock keeps pytest-xdist's workers from running apt-get twice at once.
 """
+import fcntl
 import os
+import shutil
+import subprocess
+import tempfile
 from pathlib import Path
+
+import pytest
 
 CACHE_DIR = Path(os.environ.get("CUBE_JAX_TEST_CACHE", Path(__file__).resolve().parents[1] / ".jax_cache"))
 os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", str(CACHE_DIR))
@@ -14,3 +25,62 @@ import jax  # noqa: E402  (after the cache variables, so subprocesses and this p
 
 jax.config.update("jax_compilation_cache_dir", os.environ["JAX_COMPILATION_CACHE_DIR"])
 jax.config.update("jax_persistent_cache_min_compile_time_secs", float(os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"]))
+
+
+CHROMIUM_NAMES = ("chromium", "chromium-browser")
+# Debian's package, its download and its install take a few minutes on a fresh machine.
+APT_TIMEOUT_S = 900
+
+
+def find_chromium():
+    """The path of an installed Chromium, or None."""
+    for name in CHROMIUM_NAMES:
+        path = shutil.which(name)
+        if path:
+            return Path(path)
+    return None
+
+
+def _apt_prefix():
+    """How to run apt-get here: directly as root, through passwordless sudo, or None."""
+    if shutil.which("apt-get") is None:
+        return None
+    if os.geteuid() == 0:
+        return []
+    if shutil.which("sudo") and subprocess.run(["sudo", "-n", "true"], capture_output=True).returncode == 0:
+        return ["sudo", "-n"]
+    return None
+
+
+def install_chromium() -> Path:
+    """Debian's ``chromium``, installed with apt-get under a lock shared by every test process."""
+    lock_path = Path(tempfile.gettempdir()) / "cube_jax_chromium_install.lock"
+    with open(lock_path, "a+") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # the other worker waits here, then finds it installed
+        try:
+            found = find_chromium()
+            if found:
+                return found
+            prefix = _apt_prefix()
+            if prefix is None:
+                pytest.fail("the browser tests need Debian's chromium, which is missing, and this user cannot "
+                            "run apt-get: install it (sudo apt-get install -y chromium) and run the tests again",
+                            pytrace=False)
+            env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+            for command in (["apt-get", "update"], ["apt-get", "install", "-y", "chromium"]):
+                done = subprocess.run(prefix + command, env=env, capture_output=True, text=True, timeout=APT_TIMEOUT_S)
+                if done.returncode != 0:
+                    pytest.fail(f"installing Debian's chromium failed: {' '.join(command)} exited {done.returncode}: "
+                                f"{(done.stderr or done.stdout)[-600:]}", pytrace=False)
+            found = find_chromium()
+            if found is None:
+                pytest.fail("apt-get installed chromium but no chromium command is on PATH", pytrace=False)
+            return found
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+@pytest.fixture(scope="session")
+def chromium() -> Path:
+    """The path of Debian's Chromium, installed first if it is missing (see the module docstring)."""
+    return find_chromium() or install_chromium()

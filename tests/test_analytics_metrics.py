@@ -16,15 +16,14 @@ from hypothesis import strategies as st
 import cube_jax.analytics.compare
 import cube_jax.analytics.intervals
 import cube_jax.analytics.metrics
-import cube_jax.analytics.records
 import cube_jax.analytics.report
 import cube_jax.analytics.synthetic
 import cube_jax.analytics.timeline
 import cube_jax.analytics.traces
-from cube_jax.analytics.metrics import EMCOOP_LEGEND, EMCOOP_METRICS, METRICS, RATIO_METRICS, episode_metrics
-from cube_jax.analytics.records import decode_records
+from cube_jax.analytics.metrics import (EMCOOP_LEGEND, EMCOOP_METRICS, EPISODE_ONLY_METRICS, METRICS, RATIO_METRICS,
+                                        episode_metrics)
 from cube_jax.analytics.synthetic import random_trace
-from cube_jax.analytics.traces import load_trace
+from cube_jax.analytics.traces import decode_records, load_trace
 from cube_jax.trace import agent_name, dumps, read_trace, validate_trace
 
 
@@ -65,6 +64,17 @@ class TraceBuilder:
         return self._add("message", wall, id=mid, sender=self.names[sender],
                          recipients=[self.names[r] for r in recipients], content="hello")
 
+    def negotiation(self, room: Iterable[int], proposals: Dict[int, Optional[int]], commitments: Dict[int, Optional[int]],
+                    allocation: Dict[int, Optional[int]], quorum_failed: Iterable[int] = (),
+                    wall: Optional[float] = None) -> "TraceBuilder":
+        def by_name(choices):
+            return {self.names[a]: block for a, block in choices.items()}
+
+        blocks = {b for b in [*proposals.values(), *commitments.values()] if b is not None}
+        return self._add("negotiation", wall, room=[self.names[a] for a in room], proposals=by_name(proposals),
+                         commitments=by_name(commitments), team_sizes={str(b): self.weights[b] for b in sorted(blocks)},
+                         allocation=by_name(allocation), quorum_failed=list(quorum_failed))
+
     def llm(self, latency: float, prompt: int = 100, completion: int = 10, valid: bool = True,
             fallback: bool = False, wall: Optional[float] = None) -> "TraceBuilder":
         return self._add("llm", wall, agent=self.names[0], purpose="plan", model="m", attempts=1, latency_s=latency,
@@ -102,12 +112,14 @@ def metrics_of(records):
 def test_the_metric_names_are_section_6s():
     assert len(EMCOOP_METRICS) == 18 and set(EMCOOP_LEGEND) == set(EMCOOP_METRICS)
     assert METRICS[:6] == ("success", "blocks_delivered", "blocks_total", "weight_delivered", "steps", "score_per_step")
-    assert METRICS[-7:] == ("llm_calls", "prompt_tokens", "completion_tokens", "latency_mean_s", "latency_p95_s",
-                            "invalid_reply_rate", "fallbacks")
+    assert METRICS[-11:-4] == ("llm_calls", "prompt_tokens", "completion_tokens", "latency_mean_s", "latency_p95_s",
+                               "invalid_reply_rate", "fallbacks")
+    assert METRICS[-4:] == ("negotiations", "room_size_avg", "quorum_fail_rate", "commit_match_rate")
+    assert EPISODE_ONLY_METRICS == ("block_done_t",)
     assert EMCOOP_LEGEND["D_delta"].startswith("M1: D_δ") and EMCOOP_LEGEND["C_participation_ratio"].startswith("M18")
 
 
-@pytest.mark.parametrize("module", ["traces", "records", "metrics", "intervals", "report", "compare", "timeline",
+@pytest.mark.parametrize("module", ["traces", "metrics", "intervals", "report", "compare", "timeline",
                                     "synthetic"])
 def test_docstring_examples_run(module):
     assert doctest.testmod(getattr(cube_jax.analytics, module)).failed == 0
@@ -264,6 +276,45 @@ def test_outcomes_come_from_the_end_record():
     assert m["score_per_step"] == 2.5
 
 
+def negotiating_team():
+    """Two rooms of a team of four; blocks 0, 1, 2 weigh 2, 1, 3."""
+    b = TraceBuilder(n=4, topology="negotiation", weights=(2, 1, 3))
+    # room 1: agent_1 proposes block 0 but commits to block 2; blocks 0 and 2 fail quorum
+    b.negotiation([0, 1, 2], proposals={0: 0, 1: 0, 2: 1}, commitments={0: 0, 1: 2, 2: 1}, allocation={2: 1},
+                  quorum_failed=[0, 2], wall=1.0)
+    b.step(delivered=[1], wall=1.5)
+    # room 2: agent_1 proposes nothing; both commit to block 0, which reaches its quorum
+    b.negotiation([0, 1], proposals={0: 0, 1: None}, commitments={0: 0, 1: 0}, allocation={0: 0, 1: 0}, wall=2.0)
+    b.step(wall=2.5).step(delivered=[0], wall=3.0)
+    return b.end(wall=3.5, delivered=2, weight=3)
+
+
+def test_negotiation_metrics():
+    m = metrics_of(negotiating_team())
+    assert (m["negotiations"], m["room_size_avg"]) == (2, 2.5)
+    # quorum failures 2 + 0 over blocks with a commitment {0, 1, 2} + {0}
+    assert m["quorum_fail_rate"] == pytest.approx(2 / 4)
+    # non-null proposals: agent_0, agent_1, agent_2 in room 1 (two kept), agent_0 in room 2 (kept)
+    assert m["commit_match_rate"] == pytest.approx(3 / 4)
+    assert m["block_done_t"] == {"1": 0, "0": 2}
+
+
+def test_negotiation_metrics_are_zero_without_a_room():
+    b = TraceBuilder(n=2, weights=(2, 1))
+    b.step(delivered=[1])
+    m = metrics_of(b.end(delivered=1, weight=1))
+    assert [m[key] for key in ("negotiations", "room_size_avg", "quorum_fail_rate", "commit_match_rate",
+                               "block_done_t")] == [0, 0.0, 0.0, 0.0, 0]
+
+
+def test_a_room_that_commits_to_nothing_has_rates_zero():
+    b = TraceBuilder(n=2)
+    b.negotiation([0, 1], proposals={0: None, 1: None}, commitments={0: None, 1: None}, allocation={})
+    m = metrics_of(b.end())
+    assert (m["negotiations"], m["room_size_avg"], m["quorum_fail_rate"], m["commit_match_rate"]) == (1, 2.0, 0.0, 0.0)
+    assert m["block_done_t"] == {}
+
+
 # --- random valid traces ---------------------------------------------------------------------------
 
 trace_params = st.fixed_dictionaries({
@@ -271,7 +322,7 @@ trace_params = st.fixed_dictionaries({
     "n": st.integers(1, 5),
     "steps": st.integers(1, 40),
     "kind": st.sampled_from(["llm", "heuristic"]),
-    "topology": st.sampled_from(["decentralized", "individual", "centralized"]),
+    "topology": st.sampled_from(["decentralized", "individual", "centralized", "negotiation"]),
     "message_rate": st.floats(0, 1),
     "plan_end_rate": st.floats(0, 0.5),
     "deliver_fraction": st.floats(0.1, 1.0),
@@ -341,7 +392,19 @@ def literal_metrics(records):
                     fell.add(key)
         ratios[c] = len(rose) / (len(rose) + len(fell)) if rose or fell else 0.5
     sent = Counter(r["sender"] for r in records if r["type"] == "message")
+    rooms = [r for r in records if r["type"] == "negotiation"]
+    committed = sum(len({b for b in r["commitments"].values() if b is not None}) for r in rooms)
+    proposed = [(r, a) for r in rooms for a, b in r["proposals"].items() if b is not None]
+    negotiation = {
+        "negotiations": len(rooms),
+        "room_size_avg": float(np.mean([len(r["room"]) for r in rooms])) if rooms else 0.0,
+        "quorum_fail_rate": sum(len(r["quorum_failed"]) for r in rooms) / committed if committed else 0.0,
+        "commit_match_rate": (sum(r["commitments"].get(a) == r["proposals"][a] for r, a in proposed) / len(proposed)
+                              if proposed else 0.0),
+        "block_done_t": ({str(b): s["t"] for s in reversed(steps) for b in s["delivered"]} if rooms else 0),
+    }
     return {
+        **negotiation,
         "D_delta": sum(r["type"] == "stage" and r["stage"] in "RWI" for r in records) / T,
         "decision_time_avg": float(np.mean(decision)), "decision_time_std": float(np.std(decision)),
         "wait_time_avg": float(np.mean(waiting)), "wait_time_std": float(np.std(waiting)),
@@ -366,7 +429,10 @@ def test_random_traces_match_the_literal_definitions(params):
     # the report's path, from the file's bytes to typed records, gives the same metrics
     assert episode_metrics(decode_records(text.encode())) == m
     for key, value in literal_metrics(records).items():
-        assert m[key] == pytest.approx(value, abs=1e-9), key
+        if key == "block_done_t":
+            assert m[key] == value
+        else:
+            assert m[key] == pytest.approx(value, abs=1e-9), key
 
 
 @settings(max_examples=60, deadline=None)
@@ -375,7 +441,7 @@ def test_metric_invariants_on_random_traces(params):
     records = random_trace(**params)
     m = episode_metrics(records)
     n = params["n"]
-    assert list(m) == list(METRICS)
+    assert list(m) == list(METRICS + EPISODE_ONLY_METRICS)
     for key in RATIO_METRICS:
         assert 0.0 <= m[key] <= 1.0, key
     if m["P_int"] > 0:

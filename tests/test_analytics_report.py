@@ -11,9 +11,10 @@ import pytest
 
 from cube_jax import cli
 from cube_jax.analytics.balance import BALANCE_KEYS, BALANCE_METRICS
-from cube_jax.analytics.compare import compare_runs, csv_text, markdown_table, radar_values
+from cube_jax.analytics.compare import (compare_runs, csv_text, drawable_metrics, markdown_table, radar_values,
+                                       table_metrics)
 from cube_jax.analytics.intervals import summarize
-from cube_jax.analytics.metrics import METRICS, episode_metrics
+from cube_jax.analytics.metrics import EPISODE_ONLY_METRICS, METRICS, episode_metrics
 from cube_jax.analytics.report import build_report, measure_traces, validate_traces, write_metrics_json
 from cube_jax.analytics.synthetic import random_trace
 from cube_jax.analytics.timeline import render_timeline, timeline_axis
@@ -47,10 +48,10 @@ def test_metrics_json_has_every_metric_per_episode_and_in_the_aggregate(runs_fol
     assert set(doc) == {"episodes", "aggregate"}
     assert len(doc["episodes"]) == 16
     for episode in doc["episodes"]:
-        assert set(episode) == {"trace", "seed", *METRICS, *BALANCE_KEYS}
+        assert set(episode) == {"trace", "seed", *METRICS, *EPISODE_ONLY_METRICS, *BALANCE_KEYS}
         assert Path(episode["trace"]).exists() and isinstance(episode["seed"], int)
     first = doc["episodes"][0]
-    assert {k: first[k] for k in METRICS} == episode_metrics(load_trace(first["trace"]))
+    assert {k: first[k] for k in METRICS + EPISODE_ONLY_METRICS} == episode_metrics(load_trace(first["trace"]))
     assert set(METRICS) <= set(doc["aggregate"]) <= set(METRICS) | set(BALANCE_METRICS)
     for metric in METRICS:
         summary = doc["aggregate"][metric]
@@ -154,16 +155,24 @@ def test_run_fields_from_the_header():
 
 
 def test_tables_group_runs_and_give_every_metric_an_interval(runs_folder, tmp_path, capsys):
-    table, table_csv, plots = tmp_path / "t.md", tmp_path / "t.csv", tmp_path / "plots"
+    table, table_csv, plots, doc = tmp_path / "t.md", tmp_path / "t.csv", tmp_path / "plots", tmp_path / "m.json"
     assert cli.main(["report", str(runs_folder), "--table", str(table), "--csv", str(table_csv),
-                     "--plots", str(plots), "--quiet"]) == 0
+                     "--plots", str(plots), "--json", str(doc), "--quiet"]) == 0
     lines = table.read_text().splitlines()
     assert lines[0] == ("| metric | debate / llm:synthetic / easy (N=4) | debate / llm:synthetic / hard (N=4) | "
                         "individual / llm:synthetic / easy (N=4) | individual / llm:synthetic / hard (N=4) |")
-    assert len(lines) == 2 + len(METRICS) and lines[2].startswith("| `success` | ")
+    assert lines[2].startswith("| `success` | ")
     assert all(line.count("|") == 6 for line in lines)
+    # every metric of metrics.json's aggregate has its row, in its order, then the per-agent pushes
+    rows_named = [line.split("`")[1] for line in lines[2:]]
+    aggregate = list(json.loads(doc.read_text())["aggregate"])
+    assert rows_named[:len(aggregate)] == aggregate and "workload_balance" in rows_named
+    assert set(METRICS) <= set(rows_named) and "pushes.agent_0" in rows_named and "pushes.agent_2" in rows_named
+    # agent_2 exists on hard (three agents) only: undefined on easy
+    agent_2 = next(line for line in lines if line.startswith("| `pushes.agent_2` |")).split(" | ")
+    assert agent_2[1] == "undefined" and agent_2[2] != "undefined"
     rows = list(csv.DictReader(io.StringIO(table_csv.read_text())))
-    assert len(rows) == 4 * len(METRICS)
+    assert len(rows) == 4 * len(rows_named)
     assert {(r["topology"], r["scenario"]) for r in rows} == {(t, s) for t in ("debate", "individual")
                                                               for s in ("easy", "hard")}
     individual = [r for r in rows if r["topology"] == "individual" and r["metric"] == "L_tot"]
@@ -172,13 +181,50 @@ def test_tables_group_runs_and_give_every_metric_an_interval(runs_folder, tmp_pa
         assert (plots / name).stat().st_size > 20_000
 
 
+def test_a_metric_defined_in_some_episodes_says_in_how_many(runs_folder):
+    report = build_report([runs_folder], resamples=200)
+    report.episodes[0]["workload_balance"] = None
+    runs = compare_runs(report, metrics=["workload_balance"], resamples=200)
+    first = runs[0]
+    count = sum(e["workload_balance"] is not None for e, r in zip(report.episodes, report.runs)
+                if (r["topology"], r["scenario"]) == ("debate", "easy"))
+    assert first.defined["workload_balance"] == count < 4
+    assert markdown_table(runs).splitlines()[2].split(" | ")[1].endswith(f"({count} of 4 episodes)")
+
+
+def test_tables_follow_whatever_metrics_json_holds(runs_folder):
+    """A metric that metrics.json gains (here one added by hand to every episode and the
+    aggregate) reaches the table with no list to update."""
+    report = build_report([runs_folder], resamples=200)
+    for number, episode in enumerate(report.episodes):
+        episode["negotiation_rounds"] = number % 3
+    report.aggregate["negotiation_rounds"] = summarize(report.episodes, ["negotiation_rounds"], resamples=200)["negotiation_rounds"]
+    assert "negotiation_rounds" in table_metrics(report)
+    lines = markdown_table(compare_runs(report, resamples=200)).splitlines()
+    assert any(line.startswith("| `negotiation_rounds` | ") for line in lines)
+    assert not any(line.startswith(("| `trace`", "| `seed`")) for line in lines)
+
+
+def test_plots_leave_out_metrics_that_are_zero_in_every_run(runs_folder, tmp_path):
+    report = build_report([runs_folder / "individual"], resamples=200)
+    runs = compare_runs(report, resamples=200)
+    drawn, zero = drawable_metrics(runs, ["success", "L_tot", "L_avg", "Z_gain_rate"])
+    assert drawn == ["success"] and zero == ["L_tot", "L_avg", "Z_gain_rate"]
+    assert drawable_metrics(runs, ["workload_balance_kinds"]) == ([], [])  # undefined: not drawn either
+    from cube_jax.analytics.compare import plot_bars
+
+    # nothing left to draw still gives a picture that says why
+    assert plot_bars(runs, tmp_path / "zero.png", ["L_tot", "Z_gain_rate"]).stat().st_size > 5_000
+
+
 def test_runs_by_topology_pool_scenarios_with_stratified_intervals(runs_folder):
     report = build_report([runs_folder], resamples=2000)
     runs = compare_runs(report, by=["topology"], resamples=2000)
     assert [(r.label, r.episodes) for r in runs] == [("debate", 8), ("individual", 8)]
     members = [i for i, run in enumerate(report.runs) if run["topology"] == "debate"]
-    assert runs[0].summary == summarize([report.episodes[i] for i in members], METRICS,
-                                        [report.strata[i] for i in members], resamples=2000)
+    expected = summarize([report.episodes[i] for i in members], METRICS, [report.strata[i] for i in members],
+                         resamples=2000)
+    assert {m: runs[0].summary[m] for m in METRICS} == expected
     assert markdown_table(runs, ["L_tot"]).splitlines()[2].startswith("| `L_tot` | ")
     assert csv_text(runs, ["L_tot"]).splitlines()[0] == "topology,episodes,metric,mean,ci_low,ci_high"
     with pytest.raises(ValueError, match="grouped by some of"):

@@ -171,3 +171,74 @@ def test_bad_team_arguments_name_the_argument(argv, argument, reason, capsys):
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
     assert f"argument {argument}" in err and reason in err, err
+
+
+# --- checkpoints that cannot play: one line naming the argument, exit status 2 -----------------
+
+
+@pytest.fixture(scope="module")
+def easy_checkpoint(tmp_path_factory):
+    """A tiny untrained checkpoint for the 2-agent "easy" world (vector observations of 24)."""
+    import jax
+
+    from cube_jax.rl.checkpoint import save_checkpoint
+    from cube_jax.rl.networks import build_networks
+
+    network = {"hidden": 8, "layers": 1, "activation": "tanh"}
+    actor, _ = build_networks(network, 5, 1)
+    params = actor.init(jax.random.PRNGKey(0), jnp.zeros((24,), jnp.float32))
+    meta = {"network": network, "num_actions": 5, "observation_shape": [2, 24],
+            "env_kwargs": {"scenario": "easy", "observation": "vector"}}
+    return save_checkpoint(tmp_path_factory.mktemp("ckpt") / "checkpoint", {"step": jnp.zeros(())}, params, meta)
+
+
+def one_line_error(argv, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["eval", *argv])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and "Traceback" not in err
+    return err.strip().splitlines()[-1]
+
+
+def test_a_missing_checkpoint_in_a_team_names_the_entry(tmp_path, capsys):
+    line = one_line_error(["--team", f"heuristic,heuristic,policy:{tmp_path / 'nowhere'}", "--scenario", "hard"], capsys)
+    assert line.startswith("cube-jax eval: error: argument --team: team: entry 2 (policy:")
+    assert "holds no checkpoint" in line
+
+
+def test_a_checkpoint_of_another_world_size_names_the_entry(easy_checkpoint, capsys):
+    line = one_line_error(["--team", f"heuristic,heuristic,policy:{easy_checkpoint}", "--scenario", "hard"], capsys)
+    assert line.startswith("cube-jax eval: error: argument --team: team: entry 2 (policy:")
+    assert "reads observations of shape (24,)" in line and "use a world of the same size" in line
+
+
+def test_a_policy_folder_without_a_checkpoint_names_the_policy(tmp_path, capsys):
+    line = one_line_error(["--policy", str(tmp_path), "--episodes", "1"], capsys)
+    assert line == f"cube-jax eval: error: argument --policy: {str(tmp_path)!r} holds no checkpoint: no policy.json " \
+                   "in it or in its checkpoint/ folder; train one with: python baselines/ippo.py"
+
+
+def test_a_policy_checkpoint_on_a_world_of_another_size_names_the_policy(easy_checkpoint, capsys):
+    line = one_line_error(["--policy", str(easy_checkpoint), "--scenario", "hard", "--episodes", "1"], capsys)
+    assert line.startswith("cube-jax eval: error: argument --policy: the policy reads observations of shape (24,)")
+
+
+def test_a_damaged_checkpoint_is_one_line(easy_checkpoint, tmp_path, capsys):
+    import shutil
+
+    damaged = tmp_path / "damaged"
+    shutil.copytree(easy_checkpoint, damaged)
+    (damaged / "policy.json").write_text("{not json")
+    line = one_line_error(["--team", f"heuristic,policy:{damaged}", "--scenario", "easy"], capsys)
+    assert line.startswith("cube-jax eval: error: argument --team: team: entry 1 (policy:")
+
+
+def test_a_team_file_entry_error_names_the_file_and_entry(tmp_path, capsys):
+    path = tmp_path / "team.yaml"
+    path.write_text("team:\n  - heuristic\n  - {kind: random, speed: 3}\n  - team\n")
+    line = one_line_error(["--team-file", str(path), "--scenario", "hard"], capsys)
+    assert line == f"cube-jax eval: error: argument --team-file: {path}: team: entry 1: random has no setting 'speed'; " \
+                   "its settings: none"
+    path.write_text("- heuristic\n- llm:qwen\n- team\n")
+    line = one_line_error(["--team-file", str(path), "--scenario", "hard"], capsys)
+    assert "entry 1: kind 'llm' plays only in cube-jax llm and cube-jax serve" in line

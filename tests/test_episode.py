@@ -18,6 +18,7 @@ from cube_jax.agents import (
     Agent,
     Decision,
     ModelCall,
+    fallback_plan,
     OutgoingMessage,
     Plan,
     Purpose,
@@ -182,10 +183,12 @@ def test_decentralized_delivers_at_most_n_messages_per_step(open_env):
     listener = ScriptedAgent([Decision(plan=plan("stay", "idle(20)"))])
     _, records = play(open_env, [shouts[0], listener, shouts[1]], topology="decentralized")
     assert len(of(records, "message", t=0)) == 6
-    # three reach agent_1 while it reasons at t=0 (no interrupt); the other three arrive at t=1
-    assert stages(records, "agent_1")[:4] == [(0, "R"), (0, "W"), (0, "X"), (1, "I")]
+    # all three decide at once: agent_1 hears nothing while it plans; when the phase ends,
+    # three messages (the cap) reach it in W and interrupt it; the other three wait for t=1
+    assert len(listener.contexts[0].inbox) == 0
+    assert stages(records, "agent_1")[:6] == [(0, "R"), (0, "W"), (0, "I"), (0, "W"), (0, "X"), (1, "I")]
     interrupt = [c for c in listener.contexts if c.purpose == Purpose.INTERRUPT]
-    assert len(interrupt) == 1 and len(interrupt[0].inbox) == 6
+    assert [(c.t, len(c.inbox)) for c in interrupt] == [(0, 3), (1, 3)]
 
 
 def test_debate_speakers_go_in_id_order_and_the_last_says_nothing(open_env):
@@ -201,11 +204,13 @@ def test_debate_speakers_go_in_id_order_and_the_last_says_nothing(open_env):
     messages = of(records, "message")
     assert [(m["sender"], m["recipients"]) for m in messages] == [("agent_0", ["agent_1", "agent_2"]),
                                                                    ("agent_1", ["agent_2"])]
-    assert [m.content for m in agents[2].contexts[0].inbox] == ["proposal of 0", "proposal of 1"]
+    # each proposal is the speaker's committed plan, then its own words
+    assert [m.content for m in agents[2].contexts[0].inbox] == ["Proposal: rest: idle(20)\nproposal of 0",
+                                                                "Proposal: rest: idle(20)\nproposal of 1"]
     assert agents[2].contexts[0].topology.may_send is False
-    # records come in speaking order: each speaker's message before its commit
+    # records come in speaking order: each speaker commits, then its proposal goes out
     order = [(r["type"], r.get("agent") or r.get("sender")) for r in records if r["type"] in ("message", "plan")]
-    assert order[:5] == [("message", "agent_0"), ("plan", "agent_0"), ("message", "agent_1"), ("plan", "agent_1"),
+    assert order[:5] == [("plan", "agent_0"), ("message", "agent_0"), ("plan", "agent_1"), ("message", "agent_1"),
                          ("plan", "agent_2")]
 
 
@@ -248,7 +253,7 @@ def test_bad_decisions_fall_back_to_idle_and_say_why(open_env):
     agent = ScriptedAgent(bad + [Decision(plan=plan("rest", "idle(20)"))])
     others = [ScriptedAgent([Decision(plan=plan("rest", "idle(20)"))]) for _ in range(2)]
     result, records = play(open_env, [agent, *others])
-    fallbacks = of(records, "plan", agent="agent_0", event="committed", spec="fallback: idle")
+    fallbacks = of(records, "plan", agent="agent_0", event="committed", spec="fallback(agent_0)")
     assert len(fallbacks) == 3
     assert "topology allows no message" in fallbacks[0]["note"]
     assert "unknown block 7" in fallbacks[1]["note"]
@@ -269,19 +274,25 @@ class Chatty(Agent):
     async def decide(self, ctx):
         if self.sleep:
             await asyncio.sleep(self.sleep)
-        call = ModelCall(self.model, attempts=3 if self.server_down else 1, latency_s=0.01, prompt_tokens=10,
-                         completion_tokens=5, valid=not self.server_down, fallback=self.server_down,
-                         error="connection refused" if self.server_down else None)
+        refused = ctx.calls.permit()
+        if refused is not None:
+            return Decision(plan=fallback_plan(ctx.agent), fallback=True, note=refused)
+        ctx.calls.record(ModelCall(self.model, attempts=3 if self.server_down else 1, latency_s=0.01,
+                                   prompt_tokens=10, completion_tokens=5, valid=not self.server_down,
+                                   fallback=self.server_down, error="connection refused" if self.server_down else None,
+                                   server_failed=self.server_down))
         if self.server_down:
-            return Decision(plan=Plan("fallback: idle", tuple(parse_plan("idle(1)"))), calls=(call,), fallback=True,
-                            server_error="connection refused")
-        return Decision(plan=plan("wait", "idle(1)"), calls=(call,))
+            return Decision(plan=fallback_plan(ctx.agent), fallback=True, note="connection refused")
+        return Decision(plan=plan("wait", "idle(1)"))
 
 
 def test_the_model_call_limit_ends_the_episode(open_env):
     result, records = play(open_env, [Chatty() for _ in range(3)], limits=Limits(max_calls=7))
     assert result.truncated and result.reason == "model call limit (7) reached"
-    assert len(of(records, "llm")) == 9 and result.model_calls == 9  # 3 decisions x 3 rounds, then no more
+    # hard: calls 1-7 are made (3 per step), the 8th and 9th are refused and fall back
+    assert len(of(records, "llm")) == 7 and result.model_calls == 7
+    assert [p["spec"] for p in of(records, "plan", t=2, event="committed")] == ["wait", "fallback(agent_1)",
+                                                                             "fallback(agent_2)"]
     assert records[-1]["reason"] == "model call limit (7) reached"
 
 
@@ -315,7 +326,7 @@ def test_a_crashing_agent_leaves_a_valid_trace_and_the_run_goes_on(open_env, tmp
     broken = Episode(open_env, [Broken(RuntimeError("boom")), *team_planner_team(open_env)[1:]], seed=0,
                      trace=tmp_path / "broken.jsonl")
     fine = Episode(open_env, heuristic_team(open_env), seed=0, trace=tmp_path / "fine.jsonl")
-    results = asyncio.run(run_episodes([broken, fine], concurrency=2))
+    results = run_episodes([broken, fine], concurrency=2)
     assert results[0].error == "RuntimeError: boom" and results[0].steps == 2
     assert results[1].error is None
     end = read_trace(tmp_path / "broken.jsonl")[-1]

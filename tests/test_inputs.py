@@ -62,9 +62,13 @@ def test_checks_doctest():
 @pytest.mark.parametrize(
     "kwargs, message",
     [
-        (dict(scenario="easy", step_cost=float("nan")), "step_cost must be a finite number, got nan"),
-        (dict(scenario="easy", deliver_reward=float("inf")), "deliver_reward must be a finite number, got inf"),
+        (dict(scenario="easy", step_cost=float("nan")), "step_cost must be a finite number in float32 (|x| <= 3.4028235e+38), got nan"),
+        (dict(scenario="easy", deliver_reward=float("inf")), "deliver_reward must be a finite number in float32 (|x| <= 3.4028235e+38), got inf"),
         (dict(n=2, step_cost=10**400), "step_cost must be a finite number"),
+        # finite in float64 but inf in float32, the dtype rewards are computed in
+        (dict(n=2, deliver_reward=1e39), "deliver_reward must be a finite number in float32 (|x| <= 3.4028235e+38), got 1e+39"),
+        (dict(n=2, step_cost=-3.5e38), "step_cost must be a finite number in float32 (|x| <= 3.4028235e+38), got -3.5e+38"),
+        (dict(n=2, step_cost=np.float64(1e300)), "step_cost must be a finite number in float32 (|x| <= 3.4028235e+38), got np.float64(1e+300)"),
         (dict(n=2, step_cost=True), "step_cost must be a number, got True"),
         (dict(scenario="easy", max_steps=2**31), "max_steps must be an integer <= 2147483646 (the step counter is int32)"),
         (dict(n=10**6), "n must be an integer <= 4096"),
@@ -90,6 +94,7 @@ def test_make_accepts_numpy_integers_and_the_step_limit():
     assert (env.num_agents, env.grid_size, env.max_steps, env.cfg.step_cost) == (4, 20, 2**31 - 2, 0.5)
     assert type(env.cfg.num_agents) is int and type(env.cfg.max_steps) is int
     assert cube_jax.make(n=4.0).num_agents == 4  # integral floats are integers
+    assert cube_jax.make(n=2, deliver_reward=3.4e38).cfg.deliver_reward == 3.4e38  # finite in float32
     assert cube_jax.make(n=4096, observation="egocentric").grid_size == 4096  # the cap itself builds
 
 
@@ -116,7 +121,8 @@ def test_make_refuses_huge_sizes_before_allocating():
         (dict(grid_size=8.5), "grid_size must be an integer, got 8.5"),
         (dict(grid_size=10**6), "grid_size must be an integer <= 4096"),
         (dict(step_cost=True), "step_cost must be a number, got True"),
-        (dict(deliver_reward=float("nan")), "deliver_reward must be a finite number, got nan"),
+        (dict(deliver_reward=float("nan")), "deliver_reward must be a finite number in float32 (|x| <= 3.4028235e+38), got nan"),
+        (dict(step_cost=1e39), "step_cost must be a finite number in float32 (|x| <= 3.4028235e+38), got 1e+39"),
         (dict(max_steps=2**31), "max_steps must be an integer <= 2147483646"),
         (dict(name=["x"] * 10_000), "scenario name must be a string"),
         (dict(name="n" * 10_000, agents=[(2, 1), (2, 1)]), "agent 1 at (2, 1) overlaps agent 0"),
@@ -491,7 +497,7 @@ def test_scenario_fuzz(grid_size, agents, blocks, options):
         check_message(err, "scenario", *SCENARIO_FIELDS)
     else:
         assert all(type(v) is int for v in (sc.grid_size, sc.max_steps, *sum(sc.agents + sc.blocks, ())))
-        assert math.isfinite(sc.step_cost) and math.isfinite(sc.deliver_reward)
+        assert np.isfinite(np.float32([sc.step_cost, sc.deliver_reward])).all()
 
 
 yaml_documents = st.one_of(

@@ -14,12 +14,13 @@ import pytest
 
 import cube_jax
 from cube_jax.agents import heuristic_team
-from cube_jax.evaluation import Episode, TraceWriter, run_episode, run_episodes, validate_trace
+from cube_jax.evaluation import Episode, TraceWriter, arun_episodes, run_episode, validate_trace
 from cube_jax.llm import ModelClient, RecordingClient, ReplayClient
-from cube_jax.llm.agent import FALLBACK_SPEC, LLMAgent
+from cube_jax.llm.agent import LLMAgent
 from cube_jax.llm.prompts import PromptBook, write_default_templates
 from tests.fake_openai import FakeOpenAI, closed_port_url
 from tests.sound_model import responder
+from tests.trace_helpers import per_agent
 
 TOPOLOGIES = ["individual", "debate", "centralized", "decentralized"]
 KEY = "sk-test-4f9c2b"
@@ -102,7 +103,7 @@ def test_bad_replies_are_repaired_or_fall_back_and_the_episode_goes_on(hard):
     assert "unknown block 9" in calls[1]["error"]
     plans = [r for r in records if r["type"] == "plan" and r["agent"] == "agent_0" and r["event"] == "committed"]
     assert (plans[0]["spec"], plans[0]["actions"]) == ("wait", ["idle(2)"])
-    assert (plans[1]["spec"], plans[1]["actions"]) == (FALLBACK_SPEC, ["idle(1)"])
+    assert (plans[1]["spec"], plans[1]["actions"]) == ("fallback(agent_0)", ["idle(1)"])
     # the corrective re-prompt quoted the error to the model
     repair = server.completions[1].body["messages"][-1]["content"]
     assert "plan_check" in repair and "JSON" in repair
@@ -112,7 +113,7 @@ def test_bad_replies_are_repaired_or_fall_back_and_the_episode_goes_on(hard):
 def test_a_dead_server_ends_the_episode_as_truncated(hard):
     client = ModelClient("fake-model", base_url=closed_port_url(), max_retries=1, backoff_base=0.0, timeout=2.0)
     result, records = play(hard, [LLMAgent(client) for _ in range(3)])
-    assert result.truncated and result.reason.startswith("model server failing (3 decisions in a row)")
+    assert result.truncated and result.reason.startswith("model server failing (3 calls in a row)")
     assert "connection" in result.reason
     calls = [r for r in records if r["type"] == "llm"]
     assert len(calls) == 3 and all(c["fallback"] and c["attempts"] == 2 for c in calls)
@@ -131,17 +132,16 @@ def test_traces_do_not_depend_on_concurrency(hard):
         client = ModelClient("fake-model", base_url=server.url)
         runs = [Episode(hard, [LLMAgent(client) for _ in range(3)], seed=s, topology="decentralized",
                         trace=TraceWriter(io.StringIO())) for s in range(4)]
-        await run_episodes(runs, concurrency=concurrency)
+        await arun_episodes(runs, concurrency=concurrency)
         await client.aclose()
-        return [strip_wall([json.loads(x) for x in run.trace._file.getvalue().splitlines()]) for run in runs]
+        return [per_agent([json.loads(x) for x in run.trace._file.getvalue().splitlines()], drop=("wall", "latency_s"))
+                for run in runs]
 
     with FakeOpenAI(responder=responder, latency=0.05) as server:
         one = asyncio.run(episodes(1, server))
         four = asyncio.run(episodes(4, server))
         assert server.max_in_flight >= 4  # the episodes' calls really overlapped
-    for a, b in zip(one, four):
-        assert [{k: v for k, v in r.items() if k != "latency_s"} for r in a] == \
-            [{k: v for k, v in r.items() if k != "latency_s"} for r in b]
+    assert one == four
 
 
 def test_a_recorded_episode_replays_with_no_server(hard, tmp_path):
@@ -152,7 +152,7 @@ def test_a_recorded_episode_replays_with_no_server(hard, tmp_path):
         _, recorded = play(hard, agents, topology="centralized")
     replayed_agents = [LLMAgent(ReplayClient(exchanges, agent=f"agent_{i}")) for i in range(3)]
     _, replayed = play(hard, replayed_agents, topology="centralized")
-    assert strip_wall(replayed) == strip_wall(recorded)  # latencies come from the recording too
+    assert per_agent(replayed) == per_agent(recorded)  # latencies come from the recording too
     assert KEY not in exchanges.read_text()
 
 

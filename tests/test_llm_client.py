@@ -345,7 +345,8 @@ def test_a_failing_server_falls_back_at_once_with_the_error_recorded():
         assert len(server.completions) == 2
     assert outcome.fallback and outcome.model_failed and outcome.reply is None
     (call,) = outcome.calls
-    assert call == CallRecord("tiny-model", 2, call.latency_s, 0, 0, False, True, "http_503: down for maintenance")
+    assert call == CallRecord("tiny-model", 2, call.latency_s, 0, 0, False, True, "http_503: down for maintenance",
+                              server_failed=True)
     assert outcome.error == "http_503: down for maintenance"
 
 

@@ -381,3 +381,88 @@ def test_valid_plans_survive_every_form_and_wrapping(plan, form, wrapper):
     }[form]
     reply = parse_reply(wrap(wrapper, json.dumps({"spec": "push_block(block#0)", "plan": written})), "plan", CONTEXT)
     assert reply.plan == tuple(plan) and reply.spec == "push_block(block#0)"
+
+
+# --- trailing commas, fences and prose: the whole object always wins ---------------------------
+
+# The reply from a model that ends its object with a comma after a list of message objects:
+# the inner message object used to win, and the re-prompt said "field 'spec' is missing".
+TRAILING_COMMA_REPLY = ('{"spec": "push_block(block#1)", "plan": "move_to_block(1, left); push_block(1, 5)", '
+                        '"messages": [{"to": ["agent_1"], "content": "I take the left face of block 1"}],}')
+
+
+def test_a_trailing_comma_after_the_messages_gives_the_whole_reply():
+    assert extract_json(TRAILING_COMMA_REPLY, keys=["spec", "plan", "messages"]) == {
+        "spec": "push_block(block#1)",
+        "plan": "move_to_block(1, left); push_block(1, 5)",
+        "messages": [{"to": ["agent_1"], "content": "I take the left face of block 1"}],
+    }
+    assert parse_reply(TRAILING_COMMA_REPLY, "plan", CONTEXT) == PlanReply(
+        spec="push_block(block#1)",
+        plan=(make_action("move_to_block", block=1, face="left"), make_action("push_block", block=1, steps=5)),
+        messages=(OutgoingMessage((1,), "I take the left face of block 1"),),
+    )
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ('{"a": [1, 2,], "b": {"c": 3,},}', {"a": [1, 2], "b": {"c": 3}}),
+        ('{"a": [{"b": [{"c": 1,},],},],}', {"a": [{"b": [{"c": 1}]}]}),
+        ('```jsonc\n{"a": 1,}\n```', {"a": 1}),
+        ('```\n{"a": [1,],}\n```', {"a": [1]}),
+        ('Sure. {"a": {"b": 2,}, "c": ", }",} Hope it helps {"d": 1}', {"a": {"b": 2}, "c": ", }"}),
+    ],
+)
+def test_trailing_comma_cousins(text, expected):
+    assert extract_json(text) == expected
+
+
+_words = st.text(st.characters(codec="ascii", categories=["L", "N", "Zs", "P"], exclude_characters='{}[]<>`"\\'),
+                 max_size=30)
+_content = st.text(st.characters(codec="utf-8", exclude_categories=["Cs"], exclude_characters="`<"), max_size=40)
+_actions = st.lists(
+    st.one_of(
+        st.builds(lambda b, s: {"action": "push_block", "args": {"block": b, "steps": s}},
+                  st.integers(0, 1), st.integers(1, 20)),
+        st.builds(lambda b, f: {"action": "move_to_block", "args": [b, f]}, st.integers(0, 1), st.sampled_from(FACES)),
+        st.builds(lambda n: {"action": "idle", "args": {"steps": n}}, st.integers(1, 9)),
+    ),
+    min_size=1, max_size=4,
+)
+_messages = st.lists(st.fixed_dictionaries({"to": st.lists(st.sampled_from(["agent_1", "agent_2", 1, 2, "all"]),
+                                                           min_size=1, max_size=2),
+                                            "content": _content}), max_size=2)
+reply_objects = st.fixed_dictionaries(
+    {"spec": _content.filter(str.strip), "plan": st.one_of(_actions, st.just(PLAN_TEXT)), "messages": _messages},
+    optional={"reasoning": _content, "extra": st.dictionaries(_words, st.integers(), max_size=2)},
+)
+
+
+@st.composite
+def loosely_written(draw, value):
+    """``value`` as JSON with random spacing and a random trailing comma in any non-empty
+    container, at any depth."""
+    space = lambda: draw(st.sampled_from(["", " ", "\n", "  "]))  # noqa: E731
+    comma = lambda items: "," + space() if items and draw(st.booleans()) else ""  # noqa: E731
+    if isinstance(value, dict):
+        items = [f"{json.dumps(k)}:{space()}{draw(loosely_written(v))}" for k, v in value.items()]
+        return "{" + space() + ("," + space()).join(items) + comma(items) + "}"
+    if isinstance(value, list):
+        items = [draw(loosely_written(v)) for v in value]
+        return "[" + space() + ("," + space()).join(items) + comma(items) + "]"
+    return json.dumps(value, ensure_ascii=draw(st.booleans()))
+
+
+wrappings = st.sampled_from([
+    "{}", "{}\n", "```json\n{}\n```", "```JSON\n{}```", "```\n{}\n```", "```jsonc\n{}\n```",
+    "Here is my plan:\n{}\nGood luck.", "<think>maybe {{\"spec\": 1}} or not</think>{}", "Reply:\n```json\n{}\n```\nDone.",
+])
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.data(), reply=reply_objects, wrapping=wrappings, before=_words, after=_words)
+def test_any_valid_reply_object_parses_back_however_it_is_written(data, reply, wrapping, before, after):
+    text = data.draw(loosely_written(reply))
+    wrapped = wrapping.replace("{}", text) if wrapping.startswith(("{", "`", "<")) else f"{before}{wrapping.replace('{}', text)}{after}"
+    assert extract_json(wrapped, keys=["spec", "plan", "messages", "reasoning"]) == reply

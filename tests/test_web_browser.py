@@ -1,10 +1,14 @@
 """The browser app in a real browser: headless Chromium (Debian's ``chromium``) driven by
 Playwright. The page draws the world, a key press moves the person's agent and the server
 agrees, a replay reaches its last step, a malformed message gets an error reply, and a
-closed tab ends the episode. Screenshots go to ``tests/artifacts/``.
+closed tab ends the episode. At 1280x800 the play form, the person's turn and the refusal
+reasons are in view while playing with keys, the status line says what the episode is doing
+(waiting for the person, ended), the replay's timeline enlarges on a click and the trace
+list marks the open trace. Screenshots (of the window as a person sees it) go to
+``tests/artifacts/``.
 
-Chromium must be installed (``apt-get install chromium``; ``.ci/run`` does it): without it
-these tests fail, they do not skip.
+The ``chromium`` fixture (``tests/conftest.py``) installs Debian's Chromium with apt-get
+when it is missing; where that cannot be done these tests fail with the reason, they do not skip.
 """
 from __future__ import annotations
 
@@ -19,22 +23,20 @@ from cube_jax.web.game import Settings
 from cube_jax.web.server import BackgroundServer, create_app
 from tests.web_helpers import state, until
 
-CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync", "--no-first-run"]
 ARTIFACTS = Path(__file__).resolve().parent / "artifacts"
+VIEWPORT = {"width": 1280, "height": 800}
 
 
 @pytest.fixture(scope="module")
-def browser():
-    if not CHROMIUM.exists():
-        pytest.fail(f"{CHROMIUM} is missing: install Debian's chromium (apt-get install -y chromium), as .ci/run does")
+def browser(chromium):
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-        yield chromium
-        chromium.close()
+        launched = playwright.chromium.launch(executable_path=str(chromium), args=CHROMIUM_ARGS)
+        yield launched
+        launched.close()
 
 
 @pytest.fixture(scope="module")
@@ -52,7 +54,7 @@ def server(tmp_path_factory):
 
 @pytest.fixture
 def page(browser):
-    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    context = browser.new_context(viewport=VIEWPORT)
     page = context.new_page()
     page.errors = []
     page.on("pageerror", lambda err: page.errors.append(str(err)))
@@ -62,11 +64,19 @@ def page(browser):
 
 
 def shot(page, name: str) -> Path:
+    """The window as a person sees it, unscrolled (not the full page)."""
     ARTIFACTS.mkdir(exist_ok=True)
     path = ARTIFACTS / name
     page.evaluate("window.scrollTo(0, 0)")
-    page.screenshot(path=str(path), full_page=True)
+    page.screenshot(path=str(path))
     return path
+
+
+def in_view(page, selector: str) -> bool:
+    """Whether the element is wholly inside the unscrolled window."""
+    box = page.locator(selector).bounding_box()
+    return box is not None and box["y"] >= 0 and box["y"] + box["height"] <= VIEWPORT["height"] \
+        and box["x"] + box["width"] <= VIEWPORT["width"]
 
 
 def pixel(page, row: int, col: int, grid: int):
@@ -108,6 +118,10 @@ def test_a_key_press_moves_the_persons_agent_and_the_server_agrees(server, page)
     game = state(server)["game"]["id"]
     until(lambda: page.evaluate("window.cube.app.live.game.id") == game, what="the page to follow")
     until(lambda: page.evaluate("window.cube.drawn() && window.cube.drawn().agents[0]") == [2, 0], what="the start")
+    until(lambda: "your turn" in page.locator("#turn").inner_text(), what="the turn shown")
+    # the game waits for the person, and says so
+    until(lambda: "waiting for the person at agent_0" in page.locator("#status").inner_text(), what="the waiting status")
+    assert "running at" not in page.locator("#status").inner_text()
     page.keyboard.press("ArrowRight")
     until(lambda: page.evaluate("window.cube.drawn().agents[0]") == [2, 1], what="the redrawn move")
     until(lambda: state(server)["layout"]["agents"][0] == [2, 1], what="the server's state")
@@ -119,6 +133,10 @@ def test_a_key_press_moves_the_persons_agent_and_the_server_agrees(server, page)
     page.keyboard.press("ArrowUp")  # into the wall: refused, the reason shown, nothing moves
     until(lambda: "wall" in page.locator("#play-error").inner_text(), what="the refusal")
     assert "agent_0 at (0, 1) cannot move up: that is the wall" in page.locator("#play-error").inner_text()
+    # while playing with keys, the form, the turn and the refusal are in view without scrolling
+    for selector in ("#turn", "#play-error", "#plan-form", "#send-plan", "#status", "#grid"):
+        assert in_view(page, selector), selector
+    shot(page, "play-refused.png")
     page.fill("#plan-text", "push_block(7, 2)")  # a typed plan with a block that does not exist
     page.click("#send-plan")
     until(lambda: "block 7" in page.locator("#play-error").inner_text(), what="the plan's refusal")
@@ -138,6 +156,24 @@ def test_a_key_press_moves_the_persons_agent_and_the_server_agrees(server, page)
     records = read_trace(trace)
     assert records[0]["agents"]["agent_0"]["kind"] == "human" and records[-1]["reason"] == "the person at agent_0 left"
     assert [r["agents"][0] for r in records if r["type"] == "step"][:5] == [[2, 1], [1, 1], [0, 1], [1, 1], [2, 1]]
+
+
+def test_after_the_episode_ends_the_page_says_so(server, page):
+    page.goto(server.url + "/?play=agent_0")
+    until(lambda: page.evaluate("window.cube.app.mine.includes('agent_0')"), what="the seat")
+    before = state(server)["game"]["id"]
+    page.click("#new-episode")
+    until(lambda: state(server)["game"]["id"] > before and
+          [t for t in state(server)["turns"] if t["agent"] == "agent_0"], what="agent_0's first turn")
+    until(lambda: "your turn" in page.locator("#turn").inner_text(), what="the turn shown")
+    page.fill("#plan-text", "idle(200)")  # the heuristic teammate plays on until the episode ends
+    page.click("#send-plan")
+    until(lambda: "ended" in page.locator("#status").inner_text(), what="the end")
+    status, turn = page.locator("#status").inner_text(), page.locator("#turn").inner_text()
+    assert "running at" not in status and "waiting for" not in status
+    assert turn.startswith("The episode has ended (") and "executing" not in turn
+    shot(page, "ended.png")
+    assert page.errors == []
 
 
 def test_a_replay_reaches_the_last_step(server, page):
@@ -161,6 +197,17 @@ def test_a_replay_reaches_the_last_step(server, page):
     assert "ended (terminated): all blocks delivered" in page.locator("#status").inner_text()
     assert page.locator("#scrub").input_value() == str(replay["last"])
     until(lambda: page.evaluate("document.getElementById('timeline').naturalWidth > 0"), what="the timeline")
+    # the list marks the open trace, and says its name
+    assert page.locator("#trace-list option:checked").inner_text() == "▶ extra/0/heuristic.jsonl (open)"
+    assert page.locator("#open-trace").inner_text() == "open: extra/0/heuristic.jsonl"
+    # the timeline enlarges on a click, to a readable size, and shrinks back on the next
+    small = page.locator("#timeline").bounding_box()["width"]
+    page.click("#timeline")
+    large = page.locator("#timeline").bounding_box()
+    assert large["width"] > 1.5 * small and large["width"] <= VIEWPORT["width"]
+    shot(page, "replay-timeline.png")
+    page.click("#timeline")
+    assert page.locator("#timeline").bounding_box()["width"] == small
     page.click("#first")
     for _ in range(6):
         page.keyboard.press("ArrowRight")

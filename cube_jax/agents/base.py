@@ -122,6 +122,8 @@ class ModelCall:
     ``attempts``: HTTP requests it took (retries included); ``latency_s``: its wall time;
     token counts (0 when unknown or on failure); ``valid``: the reply passed every check;
     ``fallback``: the agent gave up after this call; ``error``: what was wrong, None when valid.
+    ``server_failed``: the server itself failed (after its retries), not the reply: the
+    runtime ends an episode whose server keeps failing.
     """
 
     model: Optional[str]
@@ -132,9 +134,41 @@ class ModelCall:
     valid: bool
     fallback: bool
     error: Optional[str] = None
+    server_failed: bool = False
 
     def to_dict(self) -> Dict[str, Any]:
-        return dataclasses.asdict(self)
+        """The trace ``llm`` record's fields of this call."""
+        out = dataclasses.asdict(self)
+        del out["server_failed"]
+        return out
+
+
+class CallLedger(Protocol):
+    """Where an agent reports its model calls while it decides (``DecisionContext.calls``).
+
+    ``permit()`` is asked before every model call: None lets it start, a text says why it
+    may not (the episode's call limit, a server that keeps failing, the wall-clock limit),
+    and the agent then falls back without calling. ``record(call)`` is told of every call
+    made as soon as it ends, successful, failed or cancelled, so the runtime writes its
+    ``llm`` record at that moment and no call goes unrecorded.
+    """
+
+    def permit(self) -> Optional[str]: ...
+
+    def record(self, call: ModelCall) -> None: ...
+
+
+class OpenLedger:
+    """A ledger with no limit that keeps the calls it is told of (outside the runtime)."""
+
+    def __init__(self) -> None:
+        self.calls: List[ModelCall] = []
+
+    def permit(self) -> Optional[str]:
+        return None
+
+    def record(self, call: ModelCall) -> None:
+        self.calls.append(call)
 
 
 @dataclasses.dataclass
@@ -143,20 +177,16 @@ class Decision:
 
     In R (purpose ``plan``): ``plan`` is required. In I (purpose ``interrupt``):
     ``resume=True`` keeps the running plan, otherwise ``plan`` replaces it. A ``message``
-    turn carries ``messages`` only. ``calls`` are the model calls made for it (for the
-    trace); ``fallback`` marks a decision the agent fell back to after failing to get a
-    valid reply, with ``note`` saying why, and ``server_error`` the model server's error
-    when the server itself failed (after its retries): the episode loop ends an episode
-    whose server keeps failing.
+    turn carries ``messages`` only. ``fallback`` marks a decision the agent fell back to
+    after failing to get a valid reply, with ``note`` saying why. Model calls are not part
+    of the decision: they are reported to ``DecisionContext.calls`` as they happen.
     """
 
     plan: Optional[Plan] = None
     resume: bool = False
     messages: Tuple[OutgoingMessage, ...] = ()
-    calls: Tuple[ModelCall, ...] = ()
     fallback: bool = False
     note: Optional[str] = None
-    server_error: Optional[str] = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -169,6 +199,16 @@ class TopologyView:
     allowed_recipients: frozenset  # agent ids it may address
     message_budget: int  # messages it may send in this decision
     instructions: str = ""  # what this turn asks for (e.g. "send one directive to all followers")
+
+
+@dataclasses.dataclass(frozen=True)
+class PartnerState:
+    """What an agent sees of one teammate when it decides."""
+
+    agent: int
+    stage: Stage
+    spec: Optional[str]  # its current plan's spec (None when it has none)
+    action: Optional[str]  # the symbolic action it is executing, as text (None when none)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -210,6 +250,9 @@ class DecisionContext:
     validate: Callable[["Decision"], Optional[PlanError]]
     seed: int = 0  # the episode's seed
     step_cost: float = 0.01  # the world's cost per step and agent
+    calls: CallLedger = dataclasses.field(default_factory=OpenLedger)  # where model calls are reported
+    partners: Tuple["PartnerState", ...] = ()  # every teammate's state (COBLOCK's partner state)
+    sent: Tuple[Message, ...] = ()  # the messages this agent sent recently (oldest first)
 
     @functools.cached_property
     def rng(self) -> np.random.Generator:
@@ -271,23 +314,34 @@ class BatchedPolicy(Protocol):
 
 
 def idle_plan(steps: int = 1, spec: str = "idle") -> Plan:
-    """``idle(steps)``: what an agent falls back to when it has no valid plan."""
+    """``idle(steps)`` with the given spec."""
     return Plan(spec, (SymbolicAction("idle", {"steps": int(steps)}),))
+
+
+def fallback_plan(agent: int) -> Plan:
+    """What agent ``agent`` falls back to when it has no valid plan: ``idle(1)`` with the spec
+    ``fallback(agent_k)``, unique to the agent, so that agents idling on fallbacks never
+    count as sharing an intent (LLM.md section 4)."""
+    return idle_plan(1, spec=f"fallback(agent_{agent})")
 
 
 __all__ = [
     "Agent",
     "BatchedPolicy",
+    "CallLedger",
     "Decision",
     "DecisionContext",
     "Message",
     "ModelCall",
+    "OpenLedger",
     "OutgoingMessage",
+    "PartnerState",
     "Plan",
     "PlanProgress",
     "Purpose",
     "Reason",
     "Stage",
     "TopologyView",
+    "fallback_plan",
     "idle_plan",
 ]

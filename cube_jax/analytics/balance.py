@@ -67,9 +67,9 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 import numpy as np
 
 from cube_jax.analytics.intervals import CONFIDENCE, RESAMPLES, bootstrap_ci
-from cube_jax.analytics.records import Episode as EpisodeRecord
-from cube_jax.analytics.records import Record, RecordError, decode_records
-from cube_jax.analytics.records import Step as StepRecord
+from cube_jax.analytics.traces import METRIC_VIEWS, MetricRecord, RecordError, decode_records
+
+_EPISODE, _STEP = METRIC_VIEWS["episode"], METRIC_VIEWS["step"]
 
 BALANCE_METRICS = ("workload_balance", "workload_balance_kinds")
 # The per-episode keys ``cube-jax report`` adds beside the metrics of LLM.md section 6.
@@ -185,26 +185,30 @@ def episode_pushes(records: Sequence[Mapping[str, Any]]) -> Tuple[List[str], Lis
     if not records or records[0].get("type") != "episode":
         raise RecordError(1, "type", "the first record must be 'episode'")
     header = records[0]
+    kinds = {name: (info or {}).get("kind") for name, info in header["agents"].items()}
     steps = ((line, r.get("actions"), r.get("agents", []), r.get("blocks", []))
              for line, r in enumerate(records, start=1) if r.get("type") == "step")
-    return _count_pushes(header["agents"], header.get("layout") or {}, steps)
+    return _count_pushes(kinds, header.get("layout") or {}, steps)
 
 
-def record_pushes(records: Sequence[Record]) -> Tuple[List[str], List[str], List[int]]:
-    """:func:`episode_pushes` of the typed records of :mod:`cube_jax.analytics.records` (as
+def record_pushes(records: Sequence[MetricRecord]) -> Tuple[List[str], List[str], List[int]]:
+    """:func:`episode_pushes` of the metric views of the records (as
     :func:`~cube_jax.analytics.traces.load_metric_records` gives them)."""
-    if not records or not isinstance(records[0], EpisodeRecord):
+    if not records or type(records[0]) is not _EPISODE:
         raise RecordError(1, "type", "the first record must be 'episode'")
     header = records[0]
+    kinds = {name: info.kind for name, info in header.agents.items()}
+    layout = {"agents": header.layout.agents, "blocks": header.layout.blocks}
     steps = ((line, r.actions, r.agents, r.blocks)
-             for line, r in enumerate(records, start=1) if type(r) is StepRecord)
-    return _count_pushes(header.agents, header.layout, steps)
+             for line, r in enumerate(records, start=1) if type(r) is _STEP)
+    return _count_pushes(kinds, layout, steps)
 
 
-def _count_pushes(agents_of: Mapping[str, Any], layout: Mapping[str, Any], steps) -> Tuple[List[str], List[str], List[int]]:
-    """Counts pushes over ``steps``: ``(line, actions by name, agents after, blocks after)``."""
-    names = _names(agents_of)
-    kinds = [str((agents_of[name] or {}).get("kind")) for name in names]
+def _count_pushes(kinds_of: Mapping[str, str], layout: Mapping[str, Any], steps) -> Tuple[List[str], List[str], List[int]]:
+    """Counts pushes over ``steps``: ``(line, actions by name, agents after, blocks after)``;
+    ``kinds_of`` maps each agent's name to its kind."""
+    names = _names(kinds_of)
+    kinds = [str(kinds_of[name]) for name in names]
     agents, blocks = layout.get("agents", []), layout.get("blocks", [])
     counts = [0] * len(names)
     cache = _Blocks()
@@ -240,8 +244,8 @@ def episode_workload(records: Sequence[Mapping[str, Any]]) -> Dict[str, Any]:
     return workload(*episode_pushes(records))
 
 
-def record_workload(records: Sequence[Record]) -> Dict[str, Any]:
-    """The workload keys of one episode's typed records (see :func:`workload`)."""
+def record_workload(records: Sequence[MetricRecord]) -> Dict[str, Any]:
+    """The workload keys of one episode's metric views (see :func:`workload`)."""
     return workload(*record_pushes(records))
 
 

@@ -1,9 +1,11 @@
 """The metrics of one episode, from its trace alone (LLM.md section 6).
 
 :func:`episode_metrics` reads the records of one trace (dicts, as
-:func:`~cube_jax.trace.read_trace` returns them, or the structs of
-:mod:`cube_jax.analytics.records`) in one pass and returns every metric: the outcomes, EmCoop's eighteen under its legend's names, and the cost of the model
-calls. The definitions, in short (T = the ``end`` record's ``steps``, at least 1):
+:func:`~cube_jax.trace.read_trace` returns them, or the views of
+:data:`~cube_jax.analytics.traces.METRIC_VIEWS`) in one pass and returns every metric: the
+outcomes, EmCoop's eighteen under its legend's names, the cost of the model calls and the
+negotiation metrics. The definitions, in short (T = the ``end`` record's ``steps``, at
+least 1):
 
 - A stage lasts from its ``stage`` record to the agent's next one, or to the ``end`` record;
   its length is the difference of the records' ``wall`` seconds.
@@ -17,6 +19,13 @@ calls. The definitions, in short (T = the ``end`` record's ``steps``, at least 1
   spec is shared by two).
 - ``C_<c>_ratio``: over consecutive step records and the faces of blocks not yet delivered,
   \\|faces whose c-count rose\\| / (\\|rose\\| + \\|fell\\|), 0.5 when nothing changed.
+- Negotiation, all 0 when the trace has no ``negotiation`` record: ``negotiations``
+  (rooms), ``room_size_avg`` (members per room), ``quorum_fail_rate`` (blocks in
+  ``quorum_failed`` / blocks with at least one commitment, both counted room by room and
+  summed; 0 when no block got a commitment), ``commit_match_rate`` (among members with a
+  non-null proposal, the share whose commitment equals it; 0 when none), and
+  ``block_done_t`` (block id as a string -> ``t`` of the step record that delivered it),
+  which is listed per episode and not averaged.
 
 >>> from cube_jax.analytics.synthetic import random_trace
 >>> m = episode_metrics(random_trace(seed=0, n=2, steps=30, kind="heuristic", topology="individual"))
@@ -30,18 +39,11 @@ from typing import Dict, List, Sequence, Union
 
 import numpy as np
 
-from cube_jax.analytics.records import (
-    LLMCall,
-    Message,
-    Plan,
-    Record,
-    RecordError,
-    Stage,
-    Step,
-    TaskCounts,
-    check_order,
-    from_dicts,
-)
+from cube_jax.analytics.traces import METRIC_VIEWS, MetricRecord, RecordError, check_order, from_dicts
+from cube_jax.trace import TaskCounts
+
+_STEP, _STAGE, _PLAN = METRIC_VIEWS["step"], METRIC_VIEWS["stage"], METRIC_VIEWS["plan"]
+_MESSAGE, _LLM, _NEGOTIATION = METRIC_VIEWS["message"], METRIC_VIEWS["llm"], METRIC_VIEWS["negotiation"]
 
 OUTCOME_METRICS = ("success", "blocks_delivered", "blocks_total", "weight_delivered", "steps", "score_per_step")
 EMCOOP_METRICS = (
@@ -66,7 +68,11 @@ EMCOOP_METRICS = (
 )
 COST_METRICS = ("llm_calls", "prompt_tokens", "completion_tokens", "latency_mean_s", "latency_p95_s",
                 "invalid_reply_rate", "fallbacks")
-METRICS = OUTCOME_METRICS + EMCOOP_METRICS + COST_METRICS
+NEGOTIATION_METRICS = ("negotiations", "room_size_avg", "quorum_fail_rate", "commit_match_rate")
+# The metrics that are numbers, averaged across episodes with an interval.
+METRICS = OUTCOME_METRICS + EMCOOP_METRICS + COST_METRICS + NEGOTIATION_METRICS
+# The metrics listed per episode only: block_done_t maps block ids to steps.
+EPISODE_ONLY_METRICS = ("block_done_t",)
 
 # EmCoop's legend: its number and name for each of the eighteen.
 EMCOOP_LEGEND = {
@@ -92,7 +98,8 @@ EMCOOP_LEGEND = {
 
 # Metrics whose values lie in [0, 1] by definition.
 RATIO_METRICS = ("success", "P_res_rate", "P_re_rate", "P_coherence", "C_spatial_ratio", "C_temporal_ratio",
-                 "C_dependency_ratio", "C_participation_ratio", "invalid_reply_rate")
+                 "C_dependency_ratio", "C_participation_ratio", "invalid_reply_rate", "quorum_fail_rate",
+                 "commit_match_rate")
 
 DECIDING = frozenset(("R", "I"))
 DECISION_STAGES = frozenset(("R", "W", "I"))  # the stage records D_delta counts
@@ -100,17 +107,19 @@ DECISION_STAGES = frozenset(("R", "W", "I"))  # the stage records D_delta counts
 # dependencies between tasks, so their ratio is the neutral 0.5.
 CONSTRAINT_COUNTS = ("spatial", "temporal", "participation")
 INTERRUPTED_EVENTS = frozenset(("failed", "replaced"))
-_NO_COUNTS = TaskCounts(0, 0, 0, 0)
+_NO_COUNTS = TaskCounts(required=1, spatial=0, temporal=0, participation=0, joint=0)
 
 
-def episode_metrics(records: Sequence[Union[dict, Record]]) -> Dict[str, object]:
-    """Every metric of LLM.md section 6 for one episode's records (see the module docstring).
+def episode_metrics(records: Sequence[Union[dict, MetricRecord]]) -> Dict[str, object]:
+    """Every metric of LLM.md section 6 for one episode's records (see the module docstring):
+    :data:`METRICS`, then :data:`EPISODE_ONLY_METRICS`.
 
     ``records`` are dicts (as :func:`~cube_jax.trace.read_trace` returns them, or
-    as a running episode keeps them) or the structs of :mod:`cube_jax.analytics.records`;
-    the first must be the ``episode`` record and the last the ``end`` record. Counts are
-    ints, ``success`` a bool, the rest floats. Raises
-    :class:`~cube_jax.analytics.records.RecordError` for records it cannot read.
+    as a running episode keeps them) or the views of
+    :data:`~cube_jax.analytics.traces.METRIC_VIEWS`; the first must be the ``episode``
+    record and the last the ``end`` record. Counts are ints, ``success`` a bool,
+    ``block_done_t`` a dict (0 without negotiation), the rest floats. Raises
+    :class:`~cube_jax.analytics.traces.RecordError` for records it cannot read.
     """
     if records and isinstance(records[0], dict):
         records = from_dicts(records)
@@ -126,26 +135,30 @@ def episode_metrics(records: Sequence[Union[dict, Record]]) -> Dict[str, object]
     plans = _PlanBook()
     coherence = _Coherence()
     constraints = _ConstraintChanges()
-    llm_calls: List[LLMCall] = []
+    llm_calls: list = []
+    rooms = _Negotiations()
 
     for index, record in enumerate(records):
         kind = type(record)
-        if kind is Step:
+        if kind is _STEP:
             coherence.at_step(stages.current)
             constraints.at_step(record)
-        elif kind is Stage:
+            rooms.at_step(record)
+        elif kind is _STAGE:
             stages.enter(index, record.agent, record.stage, record.wall)
             coherence.changed()
-        elif kind is Plan:
+        elif kind is _PLAN:
             plans.add(index, record)
             if record.event in ("committed", "resumed"):
                 coherence.set_spec(record.agent, record.spec)
-        elif kind is Message:
+        elif kind is _MESSAGE:
             if record.sender not in sent:
                 raise RecordError(index + 1, "sender", f"unknown agent {record.sender!r}")
             sent[record.sender] += 1
-        elif kind is LLMCall:
+        elif kind is _LLM:
             llm_calls.append(record)
+        elif kind is _NEGOTIATION:
+            rooms.add(record)
     stages.close(end.wall)
 
     decision = [stages.deciding[a] for a in agents]
@@ -178,7 +191,8 @@ def episode_metrics(records: Sequence[Union[dict, Record]]) -> Dict[str, object]
         "C_dependency_ratio": 0.5,
     }
     metrics.update(_cost(llm_calls))
-    return {name: metrics[name] for name in METRICS}
+    metrics.update(rooms.metrics())
+    return {name: metrics[name] for name in METRICS + EPISODE_ONLY_METRICS}
 
 
 def _mean(values: Sequence[float]) -> float:
@@ -232,7 +246,7 @@ class _PlanBook:
         self.commits: Dict[str, List[tuple]] = {}  # agent -> [(record index, plan_id, spec)]
         self._committed: set = set()
 
-    def add(self, index: int, record: Plan) -> None:
+    def add(self, index: int, record) -> None:
         plan_id = record.plan_id
         if plan_id not in self.agent_of:
             self.agent_of[plan_id] = record.agent
@@ -322,7 +336,7 @@ class _ConstraintChanges:
             block = self._block_of[key] = key.partition(":")[0]
         return block
 
-    def at_step(self, record: Step) -> None:
+    def at_step(self, record) -> None:
         tasks = record.tasks
         previous = self.previous
         # most faces keep their counts from one step to the next: compare whole maps first
@@ -358,7 +372,7 @@ class _ConstraintChanges:
         return rose / (rose + fell) if rose + fell else 0.5
 
 
-def _cost(calls: List[LLMCall]) -> Dict[str, object]:
+def _cost(calls: list) -> Dict[str, object]:
     if not calls:
         return {"llm_calls": 0, "prompt_tokens": 0, "completion_tokens": 0, "latency_mean_s": 0.0,
                 "latency_p95_s": 0.0, "invalid_reply_rate": 0.0, "fallbacks": 0}
@@ -372,3 +386,43 @@ def _cost(calls: List[LLMCall]) -> Dict[str, object]:
         "invalid_reply_rate": sum(not call.valid for call in calls) / len(calls),
         "fallbacks": sum(call.fallback for call in calls),
     }
+
+
+class _Negotiations:
+    """The negotiation metrics: rooms, their sizes, quorum failures, kept proposals, and the
+    step that delivered each block."""
+
+    def __init__(self):
+        self.rooms = 0
+        self.members = 0
+        self.failed = 0  # blocks in quorum_failed, summed over rooms
+        self.committed = 0  # distinct blocks with a commitment, summed over rooms
+        self.proposed = 0  # members with a non-null proposal
+        self.kept = 0  # of those, members whose commitment is their proposal
+        self.done_t: Dict[str, int] = {}
+
+    def add(self, record) -> None:
+        self.rooms += 1
+        self.members += len(record.room)
+        self.failed += len(record.quorum_failed)
+        self.committed += len({b for b in record.commitments.values() if b is not None})
+        for name, block in record.proposals.items():
+            if block is not None:
+                self.proposed += 1
+                self.kept += record.commitments.get(name) == block
+
+    def at_step(self, record) -> None:
+        for block in record.delivered:
+            self.done_t.setdefault(str(block), record.t)
+
+    def metrics(self) -> Dict[str, object]:
+        if not self.rooms:
+            return {"negotiations": 0, "room_size_avg": 0.0, "quorum_fail_rate": 0.0, "commit_match_rate": 0.0,
+                    "block_done_t": 0}
+        return {
+            "negotiations": self.rooms,
+            "room_size_avg": self.members / self.rooms,
+            "quorum_fail_rate": self.failed / self.committed if self.committed else 0.0,
+            "commit_match_rate": self.kept / self.proposed if self.proposed else 0.0,
+            "block_done_t": dict(self.done_t),
+        }

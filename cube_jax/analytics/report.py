@@ -45,8 +45,8 @@ from typing import Dict, Iterable, List, Sequence, Union
 from cube_jax.analytics.balance import record_workload, summarize_workload
 from cube_jax.analytics.intervals import CONFIDENCE, RESAMPLES, summarize
 from cube_jax.analytics.metrics import METRICS, episode_metrics
-from cube_jax.analytics.records import RecordError, header_fields
-from cube_jax.analytics.traces import collector_paused, load_metric_records, problem_of, run_fields, trace_paths
+from cube_jax.analytics.traces import (RecordError, collector_paused, header_fields, load_metric_records, problem_of,
+                                      run_fields, trace_paths)
 from cube_jax.trace import TraceError, TraceProblem, validate_trace
 
 logger = logging.getLogger(__name__)

@@ -3,7 +3,14 @@
 :func:`random_trace` plays the MAEIL stage machine with random choices instead of a model:
 every agent starts in R, commits a plan (W), executes it (X) once every agent is ready,
 ends it (succeeded or failed, back to R), and, when its topology lets agents talk, is
-interrupted by messages (I) and then resumes or replans. The environment part is random
+interrupted by messages (I) and then resumes or replans. Under ``negotiation`` the agents
+in R meet in a room instead (LLM.md section 3.1): each proposes and then commits to a
+live block or none (``message`` records of kind ``proposal`` and ``commitment``, each
+after its ``llm`` record), the blocks that reach their quorum are allocated, and one
+``negotiation`` record closes the room; members then commit ``push_block(block#b)`` for
+their block, ``quorum_wait(block#b)`` for a block that failed its quorum, or ``idle`` for
+none. A language agent whose call fell back commits a fallback plan (``fallback(agent_k)``,
+``"fallback": true``). The environment part is random
 too but keeps the schema's promises: the ``tasks`` counts of a face obey joint <= spatial
 and participation = spatial, faces are listed only while their block is alive, and the
 ``end`` record's counts match the step records. Positions are random and obey no physics:
@@ -12,14 +19,19 @@ these traces exercise the metrics, the timeline and the reader, not the world.
 >>> records = random_trace(seed=1, n=3, steps=20)
 >>> [records[0]["type"], records[-1]["type"], sum(r["type"] == "step" for r in records)]
 ['episode', 'end', 20]
+>>> rooms = [r for r in random_trace(seed=1, n=3, steps=20, topology="negotiation") if r["type"] == "negotiation"]
+>>> rooms[0]["room"]
+['agent_0', 'agent_1', 'agent_2']
 """
 from __future__ import annotations
 
+import io
+from collections import Counter
 from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
-from cube_jax.trace import FACE_NAMES, SCHEMA_VERSION, agent_name
+from cube_jax.trace import FACE_NAMES, SCHEMA_VERSION, TraceWriter, agent_name
 
 FAILURE_REASONS = ("blocked by an agent", "block out of reach", "timeout")
 
@@ -43,15 +55,18 @@ def random_trace(
     episode, and the episode terminates early when all are. ``kind`` is every agent's kind;
     ``llm`` agents leave an ``llm`` record per decision. Agents send messages (with
     probability ``message_rate`` per decision) unless the topology is ``individual`` or
-    the kind is a planner's (``heuristic``, ``team``); each executing plan ends after a
-    step with probability ``plan_end_rate``.
+    ``negotiation`` or the kind is a planner's (``heuristic``, ``team``); under
+    ``negotiation``, agents that are not planners meet in rooms (see the module docstring). Each executing plan
+    ends after a step with probability ``plan_end_rate``.
     """
     rng = np.random.default_rng(seed)
     names = [agent_name(i) for i in range(n)]
     if weights is None:
         weights = [int(w) for w in rng.integers(1, n + 1, size=n // 2 + 1)]
     weights = [int(w) for w in weights]
-    talks = topology != "individual" and kind not in ("heuristic", "team")
+    planner = kind in ("heuristic", "team")
+    negotiates = topology == "negotiation" and not planner
+    talks = topology not in ("individual", "negotiation") and not planner
     model = "synthetic" if kind == "llm" else None
     trace = _TraceBuilder()
     grid = max(8, 2 * n + 4)
@@ -73,25 +88,34 @@ def random_trace(
         stage[name] = new_stage
         trace.emit("stage", t, agent=name, stage=new_stage)
 
-    def decide(name: str, t: int, purpose: str) -> None:
+    def decide(name: str, t: int, purpose: str) -> bool:
+        """Leaves the decision's ``llm`` record; whether the agent fell back."""
         if kind == "llm":
             latency = float(rng.gamma(2.0, 0.6))
             trace.advance(latency)
             valid = bool(rng.random() > 0.1)
+            fallback = not valid and bool(rng.random() < 0.5)
             trace.emit("llm", t, agent=name, purpose=purpose, model=model, attempts=int(1 + (rng.random() < 0.05)),
                        latency_s=round(latency, 4), prompt_tokens=int(rng.integers(800, 3000)),
-                       completion_tokens=int(rng.integers(50, 400)), valid=valid, fallback=not valid and bool(rng.random() < 0.5))
-        else:
-            trace.advance(1e-4)
+                       completion_tokens=int(rng.integers(50, 400)), valid=valid, fallback=fallback)
+            return fallback
+        trace.advance(1e-4)
+        return False
 
-    def commit(name: str, t: int) -> None:
+    def commit(name: str, t: int, fallback: bool = False, spec: Optional[str] = None,
+               actions: Optional[List[str]] = None) -> None:
         alive = [b for b, block in enumerate(blocks) if block[3]] or [0]
         target = int(rng.choice(alive))
         face = FACE_NAMES[int(rng.integers(4))]
         pid = next(plan_ids)
-        actions = [f"move_to_block({target}, {face})", f"push_block({target}, {face}, {int(rng.integers(1, 6))})"]
-        plan[name] = {"plan_id": pid, "spec": f"push_block(block#{target})", "actions": actions}
-        trace.emit("plan", t, agent=name, event="committed", **plan[name])
+        if spec is None:
+            spec = f"push_block(block#{target})"
+            actions = [f"move_to_block({target}, {face})", f"push_block({target}, {face}, {int(rng.integers(1, 6))})"]
+        extra = {}
+        if fallback:
+            spec, actions, extra = f"fallback({name})", ["idle(1)"], {"fallback": True}
+        plan[name] = {"plan_id": pid, "spec": spec, "actions": actions}
+        trace.emit("plan", t, agent=name, event="committed", **plan[name], **extra)
         enter(name, "W", t)
 
     def plan_event(name: str, t: int, event: str, **extra) -> None:
@@ -108,26 +132,69 @@ def random_trace(
                    content=f"{name} takes block {int(rng.integers(len(blocks)))}")
         return recipients
 
+    def choose(name: str, t: int, purpose: str, room: List[str], choices: Dict[str, Optional[int]]) -> None:
+        """One round of a room: the member's call, its choice and its message to the room."""
+        decide(name, t, purpose)
+        alive = [b for b, block in enumerate(blocks) if block[3]]
+        block = int(rng.choice(alive)) if alive and rng.random() < 0.9 else None
+        if purpose == "commitment" and choices.get(name) is not None and rng.random() < 0.7:
+            block = choices[name]  # most members keep their proposal
+        trace.advance(1e-3)
+        trace.emit("message", t, id=next(message_ids), sender=name, recipients=[m for m in room if m != name],
+                   content=f"{purpose}: {'none' if block is None else f'block {block}'}", kind=purpose)
+        choices[name] = block
+
+    def negotiate(room: List[str], t: int) -> None:
+        """A room of the agents in R: proposals, commitments, quorum, then the members' plans."""
+        proposals: Dict[str, Optional[int]] = {}
+        for name in room:
+            choose(name, t, "proposal", room, proposals)
+        commitments = dict(proposals)
+        for name in room:
+            choose(name, t, "commitment", room, commitments)
+        committed = sorted({b for b in commitments.values() if b is not None})
+        executing = Counter(plan[a]["spec"] for a in names if a not in room and stage[a] == "X" and plan[a])
+        final = {b for b in committed if sum(c == b for c in commitments.values())
+                 + executing[f"push_block(block#{b})"] >= weights[b]}
+        proposed = {b for b in proposals.values() if b is not None}
+        trace.emit("negotiation", t, room=list(room), proposals=proposals, commitments=commitments,
+                   team_sizes={str(b): weights[b] for b in sorted(proposed)},
+                   allocation={a: b for a, b in commitments.items() if b in final},
+                   quorum_failed=[b for b in committed if b not in final])
+        for name in room:
+            fallback = decide(name, t, "plan") if commitments[name] in final else False
+            block = commitments[name]
+            if block is None:
+                commit(name, t, fallback, "idle", ["idle(1)"])
+            elif block in final:
+                face = FACE_NAMES[int(rng.integers(4))]
+                commit(name, t, fallback, f"push_block(block#{block})",
+                       [f"move_to_block({block}, {face})", f"push_block({block}, {face}, {int(rng.integers(1, 6))})"])
+            else:
+                commit(name, t, fallback, f"quorum_wait(block#{block})", [f"wait_agents({weights[block]}, 3)"])
+
     for name in names:
         enter(name, "R", 0)
     t = 0
     while t < steps and any(block[3] for block in blocks):
         # cognitive phase: those reasoning decide (and may talk); messages interrupt the busy
         interrupted: List[str] = []
-        for name in names:
-            if stage[name] == "R":
-                decide(name, t, "plan")
-                interrupted += [r for r in send_messages(name, t) if stage[r] in ("W", "X")]
-                commit(name, t)
+        room = [name for name in names if stage[name] == "R"]
+        if negotiates and room:
+            negotiate(room, t)
+        for name in room if not negotiates else ():
+            fallback = decide(name, t, "plan")
+            interrupted += [r for r in send_messages(name, t) if stage[r] in ("W", "X")]
+            commit(name, t, fallback)
         for name in dict.fromkeys(interrupted):
             enter(name, "I", t)
-            decide(name, t, "interrupt")
+            fallback = decide(name, t, "interrupt")
             if rng.random() < 0.5:
                 plan_event(name, t, "resumed")
                 enter(name, "W", t)
             else:
                 plan_event(name, t, "replaced")
-                commit(name, t)
+                commit(name, t, fallback)
         for name in names:
             if stage[name] == "W":
                 enter(name, "X", t)
@@ -167,15 +234,19 @@ def random_trace(
 
 
 class _TraceBuilder:
+    """The records of a trace, written by :class:`~cube_jax.trace.TraceWriter` (so checked
+    against the record types) on a clock that moves only when told to."""
+
     def __init__(self):
         self.records: List[dict] = []
         self.wall = 0.0
+        self._writer = TraceWriter(io.StringIO(), clock=lambda: self.wall)
 
     def advance(self, seconds: float) -> None:
         self.wall += seconds
 
-    def emit(self, kind: str, t: int, **fields) -> None:
-        self.records.append({"type": kind, "t": int(t), "wall": round(self.wall, 6), **fields})
+    def emit(self, record_type: str, t: int, **fields) -> None:
+        self.records.append(self._writer.write(record_type, t, **fields))
 
 
 class _FaceCounts:

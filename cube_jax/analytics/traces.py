@@ -1,11 +1,13 @@
 """Loading traces fast, and what a trace's header says about its run.
 
-Validating every record of many long traces with pydantic
-(:func:`cube_jax.trace.read_trace`) costs more than their metrics. Two faster
-readers parse a whole file in one ``msgspec`` call and check what their users rely on:
+Validating every record of many long traces (:func:`cube_jax.trace.read_trace`) costs
+more than their metrics. Two faster readers parse a whole file in one ``msgspec`` call and
+check what their users rely on:
 
-- :func:`load_metric_records` decodes only what the metrics read, into the typed records of
-  :mod:`cube_jax.analytics.records` (the report's path);
+- :func:`load_metric_records` decodes only the keys the metrics and the workload balance
+  read (:data:`METRIC_KEYS`), into views of the trace's record types
+  (:func:`cube_jax.trace.record_views`: same names, same types, fewer keys), the
+  report's path;
 - :func:`load_trace` gives every record as a dict (for timelines and other tools) and checks
   that the first record is the ``episode`` header and the last the ``end`` record, that every
   record has a known ``type`` and the keys its type requires, and that stages and plan
@@ -22,6 +24,9 @@ and the key as :func:`~cube_jax.trace.validate_trace` does.
 ('episode', 'end', 5)
 >>> stratum(records[0]), team_label(records[0])
 ('n=2', 'llm:synthetic')
+>>> views = decode_records(dumps(records[:1]).encode())
+>>> type(views[0]).__name__, views[0].seed
+('MetricEpisodeRecordView', 0)
 """
 from __future__ import annotations
 
@@ -29,30 +34,110 @@ import contextlib
 import gc
 import json
 import os
+import re
 from pathlib import Path
-from typing import IO, Dict, Iterable, List, Optional, Union
+from typing import IO, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 import msgspec
 
-from cube_jax.analytics.records import Record, RecordError, check_order, decode_records
 from cube_jax.trace import (
     PLAN_EVENTS,
-    RECORD_MODELS,
+    RECORD_TYPES,
     STAGES,
     TraceError,
     TraceProblem,
     check_records,
+    record_views,
+    required_keys,
 )
 
 Source = Union[str, os.PathLike, IO[str]]
 
+# The keys each record type must carry (from the record types of the trace format).
+REQUIRED_KEYS = {kind: required_keys(kind) for kind in RECORD_TYPES}
 
-def _required_keys(model) -> frozenset:
-    return frozenset((field.alias or name) for name, field in model.model_fields.items() if field.is_required())
+# --- the records the metrics read ----------------------------------------------------------------
+
+# The keys the metrics (cube_jax.analytics.metrics) and the workload balance
+# (cube_jax.analytics.balance) read of each record type, besides ``t`` and ``wall``.
+METRIC_KEYS = {
+    "episode": ("seed", "env", "topology", "agents", "layout"),
+    "stage": ("agent", "stage"),
+    "plan": ("agent", "plan_id", "spec", "event"),
+    "message": ("sender",),
+    "llm": ("latency_s", "prompt_tokens", "completion_tokens", "valid", "fallback"),
+    "step": ("delivered", "tasks", "actions", "agents", "blocks"),
+    "negotiation": ("room", "proposals", "commitments", "allocation", "quorum_failed"),
+    "end": ("terminated", "steps", "blocks_delivered", "blocks_total", "weight_delivered"),
+}
+METRIC_VIEWS = record_views(METRIC_KEYS, prefix="Metric")
+MetricRecord = Union[tuple(METRIC_VIEWS.values())]
+_DECODER = msgspec.json.Decoder(List[MetricRecord])
+# Where msgspec places an error in the array of a file's records: the index and the key.
+_WHERE = re.compile(r"at `\$\[(\d+)\]\.?([^`]*)`")
 
 
-# The keys each record type must carry (from the record models of the trace schema).
-REQUIRED_KEYS = {kind: _required_keys(model) for kind, model in RECORD_MODELS.items()}
+class RecordError(ValueError):
+    """A record the metrics cannot read: ``line`` (1-based, 0 if unknown), ``key`` and why."""
+
+    def __init__(self, line: int, key: Optional[str], message: str):
+        self.line, self.key = line, key
+        super().__init__(message)
+
+
+def _record_error(err: msgspec.MsgspecError) -> RecordError:
+    text = str(err)
+    where = _WHERE.search(text)
+    if where is None:
+        return RecordError(0, None, text)
+    key = where.group(2).split(".")[0].split("[")[0] or None
+    return RecordError(int(where.group(1)) + 1, key, _WHERE.sub("", text).rstrip(" -"))
+
+
+
+def decode_records(data: bytes) -> List[MetricRecord]:
+    """The metric views of a trace's bytes (JSON Lines). :class:`RecordError` when a line
+    is not JSON or a record lacks a key the metrics use or has it of the wrong type."""
+    lines = data.splitlines()
+    # one decoder call for the whole file: the lines as one JSON array; a blank line
+    # becomes an empty element and fails, as the format wants
+    try:
+        records = _DECODER.decode(b"[" + b",".join(lines) + b"]")
+    except msgspec.MsgspecError as err:
+        raise _record_error(err) from None
+    if len(records) != len(lines):
+        raise RecordError(0, None, "a line holds more than one record")
+    return records
+
+
+def from_dicts(records: Sequence[dict]) -> List[MetricRecord]:
+    """The metric views of records held as dicts (as :func:`~cube_jax.trace.read_trace`
+    or a running episode keep them)."""
+    try:
+        return msgspec.convert(list(records), List[MetricRecord])
+    except msgspec.MsgspecError as err:
+        raise _record_error(err) from None
+
+
+def header_fields(header) -> dict:
+    """The ``episode`` record's fields that tell runs apart, as plain values."""
+    return {"env": header.env, "seed": header.seed, "topology": header.topology,
+            "agents": msgspec.to_builtins(header.agents)}
+
+
+def check_order(records: Sequence[MetricRecord]) -> Optional[Tuple[int, str]]:
+    """(line, message) when the trace does not start with ``episode`` and end with ``end``."""
+    if not records:
+        return 1, "the trace is empty"
+    if type(records[0]) is not METRIC_VIEWS["episode"]:
+        return 1, "the first record must be 'episode'"
+    if type(records[-1]) is not METRIC_VIEWS["end"]:
+        return len(records), "the last record must be 'end'"
+    return None
+
+
+# --- reading files -------------------------------------------------------------------------------
+
 _STAGES = frozenset(STAGES)
 _EVENTS = frozenset(PLAN_EVENTS)
 
@@ -153,9 +238,9 @@ def collector_paused():
             gc.enable()
 
 
-def load_metric_records(source: Source) -> List[Record]:
-    """What the metrics read of one trace file (or stream), as the structs of
-    :mod:`cube_jax.analytics.records`: the fastest way from a file to
+def load_metric_records(source: Source) -> List[MetricRecord]:
+    """What the metrics read of one trace file (or stream), as the views of
+    :data:`METRIC_VIEWS`: the fastest way from a file to
     :func:`~cube_jax.analytics.metrics.episode_metrics`. Raises
     :class:`~cube_jax.trace.TraceError` naming the line and key of the first problem.
     """
@@ -179,19 +264,38 @@ def problem_of(source: Source) -> Optional[TraceError]:
 
 
 def trace_paths(sources: Iterable[Union[str, os.PathLike]]) -> List[Path]:
-    """Trace files from files and folders: a folder gives its ``*.jsonl`` files, searched
-    recursively and sorted; a file is taken as it is; a file named twice is taken once. A
-    path that does not exist raises :class:`FileNotFoundError` naming it."""
+    """Trace files from files and folders, in the order given (a folder's files sorted),
+    each once.
+
+    A file named in ``sources`` is taken as it is. A folder gives the ``*.jsonl`` files
+    under it (searched recursively) that may be traces: a file whose first line is a JSON
+    object without a ``"type"`` key is other JSON Lines that a run folder holds (the
+    recorded model exchanges under ``exchanges/`` of ``cube-jax llm --record``) and is
+    skipped. Every other file is taken, so a broken trace (empty, not JSON, a wrong first
+    record) is still reported as invalid. A path that does not exist raises
+    :class:`FileNotFoundError` naming it.
+    """
     paths: Dict[Path, None] = {}
     for source in sources:
         path = Path(source)
         if path.is_dir():
-            paths.update(dict.fromkeys(sorted(path.rglob("*.jsonl"))))
+            paths.update(dict.fromkeys(p for p in sorted(path.rglob("*.jsonl")) if not _other_json_lines(p)))
         elif path.exists():
             paths[path] = None
         else:
             raise FileNotFoundError(f"no such trace file or folder: {str(path)!r}")
     return list(paths)
+
+
+def _other_json_lines(path: Path) -> bool:
+    """Whether ``path``'s first line is a JSON object without a ``type`` key."""
+    try:
+        with open(path, "rb") as file:
+            first = file.readline()
+        record = msgspec.json.decode(first)
+    except (OSError, msgspec.DecodeError):
+        return False
+    return isinstance(record, dict) and "type" not in record
 
 
 # --- what a header says about its run ------------------------------------------------------------

@@ -56,6 +56,24 @@ def non_negative_int(text: str) -> int:
     return parse_int(text, 0, 10**6)
 
 
+def temperature(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number in 0..2, got {clip(repr(text), 60)}") from None
+    if not 0.0 <= value <= 2.0:  # also refuses nan
+        raise argparse.ArgumentTypeError(f"must be a number in 0..2, got {clip(repr(text), 60)}")
+    return value
+
+
+# Far above any useful number of phases in one step; it keeps a typo from meaning "forever".
+MAX_PHASES = 1000
+
+
+def phase_limit(text: str) -> int:
+    return parse_int(text, 1, MAX_PHASES, "cognitive phases per environment step")
+
+
 # --- argument groups shared by subcommands -------------------------------------------------------
 
 
@@ -75,12 +93,51 @@ def add_topology_arguments(p: argparse.ArgumentParser) -> None:
                    help="decentralized: messages per decision (default: the team size)")
 
 
+def add_team_arguments(p: argparse.ArgumentParser, default: str) -> None:
+    """``--team`` or ``--team-file`` (at most one): one member per agent."""
+    from cube_jax import registry
+
+    listed = ", ".join(k.name if k.argument is None else f"{k.name}{'' if k.argument_required else '['}:<{k.argument}>"
+                       f"{'' if k.argument_required else ']'}" for k in registry.kinds())
+    team = p.add_mutually_exclusive_group()
+    team.add_argument("--team", default=None, help=f"one member per agent, comma-separated (a single member applies "
+                                                   f"to every agent): {listed} (default: {default})")
+    team.add_argument("--team-file", type=Path, default=None,
+                      help="a YAML or JSON file listing the members, each a --team entry or a mapping of kind and "
+                           "its settings (llm: model, base_url, api_key_env, temperature, max_tokens, timeout)")
+
+
+def read_members(parser: argparse.ArgumentParser, args, num_agents: int, kinds, default: str):
+    """The team of ``--team`` or ``--team-file`` (else ``default``); an argparse error naming
+    the option and the entry."""
+    from cube_jax.teams import TeamSpecError, parse_team, read_team_file
+
+    try:
+        if getattr(args, "team_file", None) is not None:
+            return read_team_file(args.team_file, num_agents, kinds=kinds)
+        return parse_team(args.team or default, num_agents, kinds=kinds)
+    except TeamSpecError as err:
+        parser.error(f"argument {team_option(args)}: {err}")
+
+
+def team_option(args) -> str:
+    return "--team-file" if getattr(args, "team_file", None) is not None else "--team"
+
+
+def add_runtime_arguments(p) -> None:
+    """The runtime's pace: phases per step and the centralized follower's wait."""
+    p.add_argument("--max-phases", type=phase_limit, default=3,
+                   help="cognitive phases per environment step (default 3)")
+    p.add_argument("--directive-timeout", type=positive_float, default=60.0,
+                   help="centralized: seconds a follower waits for the leader's directive (default 60)")
+
+
 def add_model_arguments(group) -> None:
     """The model server and how language-agent members talk to it."""
     group.add_argument("--model", default=None, help="model name for llm members without their own (llm:<model>)")
     group.add_argument("--base-url", default=None, help="the server's OpenAI-compatible base URL (or OPENAI_BASE_URL)")
     group.add_argument("--api-key", default=None, help="API key (or OPENAI_API_KEY); never written anywhere")
-    group.add_argument("--temperature", type=float, default=0.2, help="sampling temperature (default 0.2)")
+    group.add_argument("--temperature", type=temperature, default=0.2, help="sampling temperature, 0..2 (default 0.2)")
     group.add_argument("--max-tokens", type=positive_int, default=512, help="completion token limit per call")
     group.add_argument("--timeout", type=positive_float, default=60.0, help="seconds per HTTP request (default 60)")
     group.add_argument("--retries", type=non_negative_int, default=3, help="retries of a failed request (default 3)")

@@ -37,8 +37,8 @@ from typing import Any, Dict, List
 
 import numpy as np
 
-from cube_jax.cli.args import (check_seeds, check_world, check_writable, episode_limit, positive_int, seed, team_size,
-                               world_kwargs)
+from cube_jax.cli.args import (check_seeds, check_world, check_writable, episode_limit, positive_int, read_members,
+                               seed, team_option, team_size, world_kwargs)
 
 BUILTIN_POLICIES = ("heuristic", "random")
 LOOPS = ("auto", "batched", "cpu")
@@ -57,6 +57,7 @@ def add_parser(commands) -> argparse.ArgumentParser:
     who.add_argument("--policy", help="heuristic, random, or a checkpoint folder of an RL baseline")
     who.add_argument("--team", help="one member per agent, comma-separated: heuristic, team, random, "
                                     "policy:<checkpoint> (a single member applies to every agent)")
+    who.add_argument("--team-file", type=Path, help="a YAML or JSON file listing the members (see cube_jax.teams)")
     world = ev.add_mutually_exclusive_group()
     world.add_argument("--n", type=team_size, help="the n-curriculum level (n agents, k = max(20, n))")
     world.add_argument("--scenario", help="a named scenario (easy, hard) or a scenario .yaml file")
@@ -88,6 +89,11 @@ def _check_output(parser: argparse.ArgumentParser, args) -> None:
 # --- building the world and the team ------------------------------------------------------------
 
 
+def _one_line(err: BaseException) -> str:
+    text = " ".join(str(err).split()) or type(err).__name__
+    return text if len(text) <= 300 else text[:297] + "..."
+
+
 def _checkpoint_world(parser, args, path: Path, world: dict) -> dict:
     from cube_jax.rl.policy import load_policy
 
@@ -96,7 +102,13 @@ def _checkpoint_world(parser, args, path: Path, world: dict) -> dict:
             f"argument --policy: {str(path)!r} is neither {' nor '.join(BUILTIN_POLICIES)} nor an existing "
             "checkpoint folder"
         )
-    kwargs = dict(load_policy(path).env_kwargs)
+    try:
+        kwargs = dict(load_policy(path).env_kwargs)
+    except (FileNotFoundError, ValueError) as err:
+        parser.error(f"argument --policy: {_one_line(err)}")
+    except Exception as err:  # noqa: BLE001 - orbax and flax raise many types for a damaged checkpoint
+        parser.error(f"argument --policy: cannot read the checkpoint in {str(path)!r}: {type(err).__name__}: "
+                     f"{_one_line(err)}")
     if world:
         kwargs.pop("n", None)
         kwargs.pop("scenario", None)
@@ -108,7 +120,8 @@ def _checkpoint_world(parser, args, path: Path, world: dict) -> dict:
 def _setup(parser, args):
     """(env, make kwargs, members) from the arguments; argparse errors name the argument."""
     import cube_jax
-    from cube_jax.teams import TeamSpecError, parse_team
+    from cube_jax import registry
+    from cube_jax.teams import TeamSpecError, check_team, parse_team
 
     world = world_kwargs(args)
     if args.policy is not None:
@@ -120,17 +133,34 @@ def _setup(parser, args):
             kwargs, spec = _checkpoint_world(parser, args, Path(args.policy), world), f"policy:{args.policy}"
         option = "--policy"
     else:
+        option = team_option(args)
         if not world:
-            parser.error("argument --team: a team needs a world: give --n N or --scenario NAME")
-        kwargs, spec, option = dict(world), args.team, "--team"
+            parser.error(f"argument {option}: a team needs a world: give --n N or --scenario NAME")
+        kwargs, spec = dict(world), args.team
     kwargs.pop("pool_size", None)  # evaluation draws fresh layouts from the episode seeds
     if args.max_steps is not None:
         kwargs["max_steps"] = args.max_steps
     env = cube_jax.make(**kwargs)
-    try:
-        members = parse_team(spec, env.num_agents)
-    except TeamSpecError as err:
-        parser.error(f"argument {option}: {err}")
+    if args.policy is None:
+        members = read_members(parser, args, env.num_agents, kinds=None, default="")
+    else:
+        try:
+            members = parse_team(spec, env.num_agents)
+        except TeamSpecError as err:
+            parser.error(f"argument {option}: {err}")
+    # a missing or unfitting checkpoint is found here, before any episode
+    if args.policy is not None:
+        check = registry.get(members[0].kind).check
+        try:
+            if check is not None:
+                check(env, members[0])
+        except ValueError as err:
+            parser.error(f"argument --policy: {err}")
+    else:
+        try:
+            check_team(env, members)
+        except TeamSpecError as err:
+            parser.error(f"argument {option}: {err}")
     return env, kwargs, members
 
 
@@ -201,6 +231,7 @@ def summary_table(name: str, env, result: dict, loop: str) -> str:
 
 
 def run(parser: argparse.ArgumentParser, args) -> int:
+    from cube_jax import registry
     from cube_jax.evaluation import evaluate
     from cube_jax.teams import batched_team, is_batched
 
@@ -212,7 +243,8 @@ def run(parser: argparse.ArgumentParser, args) -> int:
     if loop == "auto":
         loop = "batched" if is_batched(members) and args.traces is None else "cpu"
     if loop == "batched" and not is_batched(members):
-        parser.error("argument --loop: batched needs every member to be heuristic, random or policy:<checkpoint>")
+        batched = ", ".join(k.name for k in registry.kinds() if k.batched is not None)
+        parser.error(f"argument --loop: batched needs every member to be of a batched kind ({batched})")
     if loop == "batched" and args.traces is not None:
         parser.error("argument --traces: traces are written by the CPU loop; use --loop cpu (or auto)")
     name = ",".join(str(m) for m in members) if len(set(members)) > 1 else str(members[0])

@@ -13,7 +13,7 @@ default; another loopback address is fine, anything else needs ``--public`` (and
 warning: whoever reaches the machine can then watch and play).
 
 Episodes run one after the other (``--seed``, then the next seed on the page's "new
-episode") with the team of ``--team`` (one member per agent: ``human``, ``llm[:model]``,
+episode") with the team of ``--team`` (one member per agent: ``human``, ``llm[:model[@URL]]``,
 ``heuristic``, ``team``, ``random``, ``policy:<checkpoint>``) under ``--topology``.
 ``human`` agents wait for a person: open the page, take the seat ("Play agent_0", or
 ``?play=all`` in the address) and move with the arrow keys or type plans. Language-agent
@@ -32,13 +32,12 @@ import asyncio
 import datetime
 import json
 import logging
-import os
 import sys
 from pathlib import Path
 
-from cube_jax.cli.args import (add_model_arguments, add_topology_arguments, add_world_arguments, check_world,
-                               check_writable, episode_limit, parse_int, positive_float, seed, world_kwargs)
-from cube_jax.cli.llm import Clients
+from cube_jax.cli.args import (add_model_arguments, add_runtime_arguments, add_topology_arguments, add_world_arguments,
+                               check_world, check_writable, episode_limit, parse_int, positive_float, read_members,
+                               seed, world_kwargs)
 
 log = logging.getLogger(__name__)
 
@@ -65,9 +64,10 @@ def add_parser(commands) -> argparse.ArgumentParser:
     )
     add_world_arguments(p, " (default: hard)")
     p.add_argument("--team", default="heuristic",
-                   help="one member per agent: human, llm[:model], heuristic, team, random, policy:<checkpoint> "
-                        "(default: heuristic for every agent)")
+                   help="one member per agent: human, llm[:model[@base URL]], heuristic, team, random, "
+                        "policy:<checkpoint> (default: heuristic for every agent)")
     add_topology_arguments(p)
+    add_runtime_arguments(p)
     p.add_argument("--seed", type=seed, default=0, help="the first episode's seed; later episodes count up (default 0)")
     p.add_argument("--max-steps", type=episode_limit, default=None, help="episode step limit (default: the world's)")
     p.add_argument("--max-wall", type=positive_float, default=None, help="wall-clock seconds per episode")
@@ -85,19 +85,6 @@ def add_parser(commands) -> argparse.ArgumentParser:
     llm.add_argument("--prompts", type=Path, default=None, help="a folder of prompt templates overriding the defaults")
     p.set_defaults(run=run)
     return p
-
-
-def _llm_factory(args, env, clients: Clients):
-    from cube_jax.llm.agent import LLMAgent
-    from cube_jax.llm.prompts import PromptBook
-
-    prompts = PromptBook(args.prompts) if args.prompts is not None else PromptBook.default()
-
-    def build(env, member, ids):
-        return [LLMAgent(clients.get(member.arg or args.model), prompts=prompts, max_repairs=args.max_repairs)
-                for _ in ids]
-
-    return build
 
 
 def run(parser: argparse.ArgumentParser, args) -> int:
@@ -119,8 +106,10 @@ def run(parser: argparse.ArgumentParser, args) -> int:
     check_writable(parser, "--out", out, folder=True)
 
     import cube_jax
+    from cube_jax import registry
+    from cube_jax.cli.llm import language_agents
     from cube_jax.evaluation import Limits
-    from cube_jax.teams import BUILTIN_KINDS, TeamSpecError, parse_team
+    from cube_jax.teams import TeamSpecError, check_team
     from cube_jax.web.game import Settings
 
     if args.max_steps is not None:
@@ -129,35 +118,36 @@ def run(parser: argparse.ArgumentParser, args) -> int:
         env = cube_jax.make(**world)
     except ValueError as err:
         parser.error(f"argument --n/--scenario: {err}")
+    members = read_members(parser, args, env.num_agents, registry.names(provided=["llm", "human"]), "heuristic")
     try:
-        members = parse_team(args.team, env.num_agents, kinds=BUILTIN_KINDS + ("human", "llm"))
+        check_team(env, members)
     except TeamSpecError as err:
         parser.error(f"argument --team: {err}")
     factories = {}
-    clients = None
+    llm_agents = None
     if any(m.kind == "llm" for m in members):
-        if any(m.kind == "llm" and not m.arg for m in members) and not args.model:
-            parser.error("argument --model: name the model (or give every llm member its own: llm:<model>)")
-        args.base_url = args.base_url or os.environ.get("OPENAI_BASE_URL")
-        if not args.base_url:
-            parser.error("argument --base-url: give the server's base URL (or set OPENAI_BASE_URL)")
-        clients = Clients(args)
+        from cube_jax.llm.prompts import PromptBook
+
         try:
-            factories["llm"] = _llm_factory(args, env, clients)
+            prompts = PromptBook(args.prompts) if args.prompts is not None else PromptBook.default()
         except ValueError as err:
             parser.error(f"argument --prompts: {err}")
+        llm_agents = factories["llm"] = language_agents(parser, args, members, prompts)
     try:
         limits = Limits(max_steps=args.max_steps, max_wall_s=args.max_wall)
     except ValueError as err:
         parser.error(str(err))
     out.mkdir(parents=True, exist_ok=True)
-    settings = Settings(world=world, team=args.team, topology=args.topology, budget=args.budget, seed=args.seed,
+    settings = Settings(world=world, team=args.team, topology=args.topology, budget=args.budget,
+                        max_phases=args.max_phases, directive_timeout=args.directive_timeout, seed=args.seed,
                         out=out, limits=limits, speed=args.speed, paused=args.paused,
                         timelines=not args.no_timelines, factories=factories)
     (out / "run.json").write_text(json.dumps({
         "command": "serve", "world": world, "team": args.team, "topology": args.topology, "budget": args.budget,
-        "seed": args.seed, "max_steps": args.max_steps, "max_wall": args.max_wall, "model": args.model,
-        "base_url": args.base_url}, indent=2))
+        "max_phases": args.max_phases, "directive_timeout": args.directive_timeout, "seed": args.seed, "max_steps": args.max_steps, "max_wall": args.max_wall, "model": args.model,
+        "base_url": args.base_url, "members": [m.to_dict() for m in members],
+        "models": {f"agent_{i}": llm_agents.settings(m).to_dict() for i, m in enumerate(members)
+                   if m.kind == "llm"}}, indent=2))
     app = create_app(env, settings, replays=args.replay, public=args.public)
     try:
         sock = bind(args.host, args.port)
@@ -172,7 +162,7 @@ def run(parser: argparse.ArgumentParser, args) -> int:
     except KeyboardInterrupt:
         pass
     finally:
-        if clients is not None:
-            asyncio.run(clients.aclose())
+        if llm_agents is not None:
+            asyncio.run(llm_agents.pool.aclose())
     print(f"outputs in {out}")
     return 0

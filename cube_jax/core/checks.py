@@ -4,7 +4,8 @@ The rules, the same everywhere:
 
 * **integers** are Python ``int`` or NumPy integer scalars; a float is accepted only when
   it is integral (``2.0`` is 2, ``2.7`` is refused) and ``bool`` is never an integer;
-* **reals** (costs, rewards) are ints or floats, never ``bool``, and must be finite;
+* **reals** (costs, rewards) are ints or floats, never ``bool``, and must be finite in
+  float32, the dtype the environment computes rewards in (``1e39`` is ``inf`` there);
 * an error message quotes at most a short excerpt of the input (:func:`excerpt`), so a
   huge or self-similar value costs nothing to report.
 
@@ -84,16 +85,26 @@ def as_int(value, name: str, minimum: Optional[int] = None, maximum: Optional[in
     return number
 
 
+# The largest finite float32: rewards and costs are float32 arrays inside the environment.
+FLOAT32_MAX = float(np.finfo(np.float32).max)
+
+
 def as_real(value, name: str) -> float:
-    """``value`` as a finite Python float, or ValueError naming ``name``."""
+    """``value`` as a Python float finite in float32, or ValueError naming ``name``.
+
+    >>> as_real(1e39, "deliver_reward")
+    Traceback (most recent call last):
+        ...
+    ValueError: deliver_reward must be a finite number in float32 (|x| <= 3.4028235e+38), got 1e+39
+    """
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
         raise ValueError(f"{name} must be a number, got {excerpt(value)}")
     try:
         number = float(value)
     except OverflowError:
         number = math.inf
-    if not math.isfinite(number):
-        raise ValueError(f"{name} must be a finite number, got {excerpt(value)}")
+    if not math.isfinite(number) or abs(number) > FLOAT32_MAX:
+        raise ValueError(f"{name} must be a finite number in float32 (|x| <= {FLOAT32_MAX:.8g}), got {excerpt(value)}")
     return number
 
 

@@ -355,7 +355,7 @@ def make(
     argument, before anything is allocated: integers (``n``, ``num_agents``, ``max_steps``,
     ``view_radius``, ``pool_size``, ``pool_seed``) are ints, NumPy integers or integral
     floats; ``n`` and grid sides are at most 4096 and ``max_steps`` at most 2**31 - 2 (the
-    step counter is int32); ``step_cost`` and ``deliver_reward`` are finite numbers; one
+    step counter is int32); ``step_cost`` and ``deliver_reward`` are finite in float32; one
     environment's observation is at most 2**28 float32 values (use ``"egocentric"`` for
     large worlds) and a pool at most 2 GiB.
     """

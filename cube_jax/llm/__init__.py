@@ -6,7 +6,7 @@ The ``openai`` SDK (the ``llm`` extra) is imported by this package only, and onl
 :class:`ModelClient` is built; the reply formats and checks need pydantic alone.
 """
 from cube_jax.llm.ask import CallRecord, Outcome, ask
-from cube_jax.llm.client import ChatModel, Completion, ModelClient, ModelError
+from cube_jax.llm.client import ChatModel, ClientPool, Completion, ModelClient, ModelError, ModelSettings
 from cube_jax.llm.recording import Exchange, RecordingClient, ReplayClient, ReplayMismatch, load_exchanges, request_digest
 from cube_jax.llm.replies import (
     MAX_NESTING,
@@ -32,6 +32,7 @@ from cube_jax.llm.replies import (
 __all__ = [
     "CallRecord",
     "ChatModel",
+    "ClientPool",
     "Completion",
     "Exchange",
     "InterruptReply",
@@ -43,6 +44,7 @@ __all__ = [
     "MessageReplyFormat",
     "ModelClient",
     "ModelError",
+    "ModelSettings",
     "Outcome",
     "OutgoingMessage",
     "PURPOSES",

@@ -4,10 +4,12 @@ At each decision point it renders the prompt (:class:`~cube_jax.llm.prompts.Prom
 asks the model for the decision's purpose with :func:`~cube_jax.llm.ask.ask` (JSON schema,
 tolerant extraction, syntactic and semantic checks against the state and the topology,
 corrective re-prompts quoting the error, at most ``max_repairs``), and turns the checked
-reply into a :class:`~cube_jax.agents.Decision`. When it cannot get a valid reply, or the
-server fails after its retries, it falls back to ``idle(1)`` (a message turn sends nothing)
-and the decision says so; the episode loop records every model call in the trace and ends an
-episode whose server keeps failing.
+reply into a :class:`~cube_jax.agents.Decision`. When it cannot get a valid reply, the
+server fails after its retries, or the runtime refuses a further call (a limit), it falls
+back to ``idle(1)`` with the spec ``fallback(agent_k)`` (a message turn sends nothing) and the
+decision says so. Every model call is reported to the runtime as it ends
+(``ctx.calls``), which writes its trace ``llm`` record and ends an episode whose server
+keeps failing.
 
 Any :class:`~cube_jax.llm.client.ChatModel` works: the real :class:`ModelClient`, a
 :class:`RecordingClient` around it, or a :class:`ReplayClient` that serves a recording with
@@ -21,16 +23,13 @@ from typing import Any, Deque, Dict, Optional
 
 import numpy as np
 
-from cube_jax.agents.base import Agent, Decision, DecisionContext, OutgoingMessage, Plan, Purpose, idle_plan
+from cube_jax.agents.base import Agent, Decision, DecisionContext, OutgoingMessage, Plan, Purpose, fallback_plan
 from cube_jax.llm.ask import ask
 from cube_jax.llm.client import ChatModel
 from cube_jax.llm.prompts import PromptBook
 from cube_jax.llm.replies import InterruptReply, MessageReply, ReplyContext
 
 log = logging.getLogger(__name__)
-
-FALLBACK_SPEC = "fallback: idle"
-
 
 class LLMAgent(Agent):
     """One agent driven by a chat model behind ``client``."""
@@ -65,28 +64,25 @@ class LLMAgent(Agent):
         messages = self.prompts.render(ctx, list(self.decisions))
         self.last_prompt = messages
         outcome = await ask(self.client, messages, ctx.purpose.value, self.reply_context(ctx),
-                            max_repairs=self.max_repairs)
-        calls = outcome.calls
+                            max_repairs=self.max_repairs, ledger=ctx.calls)
         if outcome.fallback:
-            server_error = outcome.error if outcome.model_failed else None
             if ctx.purpose == Purpose.MESSAGE:
-                decision = Decision(calls=calls, fallback=True, note=outcome.error, server_error=server_error)
+                decision = Decision(fallback=True, note=outcome.error)
             else:
-                decision = Decision(plan=idle_plan(1, FALLBACK_SPEC), calls=calls, fallback=True, note=outcome.error,
-                                    server_error=server_error)
+                decision = Decision(plan=fallback_plan(ctx.agent), fallback=True, note=outcome.error)
             self._remember(ctx, f"fell back ({outcome.error})")
             return decision
         reply = outcome.reply
         sent = tuple(OutgoingMessage(tuple(m.recipients), m.content) for m in reply.messages)
         if isinstance(reply, MessageReply):
             self._remember(ctx, f"sent {len(sent)} message(s)")
-            return Decision(messages=sent, calls=calls)
+            return Decision(messages=sent)
         if isinstance(reply, InterruptReply) and reply.decision == "resume":
             self._remember(ctx, "resumed its plan")
-            return Decision(resume=True, messages=sent, calls=calls)
+            return Decision(resume=True, messages=sent)
         plan = Plan(reply.spec, tuple(reply.plan))
         self._remember(ctx, f"committed {plan}")
-        return Decision(plan=plan, messages=sent, calls=calls)
+        return Decision(plan=plan, messages=sent)
 
     async def aclose(self) -> None:
         close = getattr(self.client, "aclose", None)
@@ -97,4 +93,4 @@ class LLMAgent(Agent):
         self.decisions.append({"t": ctx.t, "text": text})
 
 
-__all__ = ["FALLBACK_SPEC", "LLMAgent"]
+__all__ = ["LLMAgent"]

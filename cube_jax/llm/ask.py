@@ -11,17 +11,21 @@ raise; an exception out of it is a bug (or, with a replay client, a reproduction
 diverged).
 
 Every model call gives a :class:`CallRecord`, which holds exactly the fields of a trace
-``llm`` record besides ``agent``, ``purpose``, ``t`` and ``wall``::
-
-    trace.write("llm", t, agent="agent_0", purpose="plan", **record.to_dict())
+``llm`` record besides ``agent``, ``purpose``, ``t`` and ``wall``. Each is reported to the
+``ledger`` (:class:`~cube_jax.agents.CallLedger`) the moment the call ends, a call cut short
+by a cancellation (a wall-clock limit, Ctrl-C) included, and the ledger is asked before
+every call whether it may start at all (a hard call limit): a refused call is not made and
+the outcome falls back.
 """
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
+import time
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
-from cube_jax.agents.base import ModelCall
+from cube_jax.agents.base import CallLedger, ModelCall, OpenLedger
 from cube_jax.llm.client import ChatModel, Completion, ModelError
 from cube_jax.llm.replies import Reply, ReplyContext, error_feedback, parse_reply, reply_schema
 from cube_jax.symbolic.actions import PlanError
@@ -63,34 +67,52 @@ async def ask(
     context: ReplyContext,
     *,
     max_repairs: int = 2,
+    ledger: Optional[CallLedger] = None,
 ) -> Outcome:
     """Asks ``client`` for a ``purpose`` reply (``plan``, ``interrupt``, ``message``) to
     ``messages`` and checks it against ``context``; see the module docstring."""
     if max_repairs < 0:
         raise ValueError(f"max_repairs must be >= 0, got {max_repairs}")
+    ledger = ledger if ledger is not None else OpenLedger()
     schema = reply_schema(purpose)
     conversation: List[Dict[str, str]] = [dict(m) for m in messages]
     calls: List[CallRecord] = []
+
+    def made(call: CallRecord) -> None:
+        calls.append(call)
+        ledger.record(call)
+
     problem = None
     for repair in range(max_repairs + 1):
+        refused = ledger.permit()
+        if refused is not None:
+            problem = f"no model call made: {refused}"
+            log.info("%s call not made; falling back: %s", purpose, refused)
+            return Outcome(None, True, problem, tuple(calls), tuple(conversation))
+        started = time.perf_counter()
         try:
             completion = await client.complete(conversation, schema=schema, schema_name=f"{purpose}_reply")
         except ModelError as err:
             problem = f"{err.kind}: {err.message}"
-            calls.append(CallRecord(client.model, err.attempts, err.latency_s, 0, 0, False, True, problem))
+            made(CallRecord(client.model, err.attempts, err.latency_s, 0, 0, False, True, problem, server_failed=True))
             log.warning("%s call failed; falling back: %s", purpose, problem)
             return Outcome(None, True, problem, tuple(calls), tuple(conversation), model_failed=True)
+        except asyncio.CancelledError:
+            # the decision was cut short (a limit, Ctrl-C): the call was made all the same
+            made(CallRecord(client.model, 1, round(time.perf_counter() - started, 6), 0, 0, False, False,
+                            "cancelled before the reply arrived"))
+            raise
         try:
             reply = parse_reply(completion.text, purpose, context)
         except PlanError as err:
             problem = _problem(err, completion)
             giving_up = repair == max_repairs
-            calls.append(_record(client.model, completion, valid=False, fallback=giving_up, error=problem))
+            made(_record(client.model, completion, valid=False, fallback=giving_up, error=problem))
             conversation.append({"role": "assistant", "content": completion.text[:ECHO_CHARS]})
             if not giving_up:
                 conversation.append({"role": "user", "content": error_feedback(err, purpose) + _cut_off_hint(completion)})
             continue
-        calls.append(_record(client.model, completion, valid=True, fallback=False, error=None))
+        made(_record(client.model, completion, valid=True, fallback=False, error=None))
         conversation.append({"role": "assistant", "content": completion.text})
         return Outcome(reply, False, None, tuple(calls), tuple(conversation))
     log.warning("%s reply still invalid after %d repair(s); falling back: %s", purpose, max_repairs, problem)

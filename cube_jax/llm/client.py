@@ -17,7 +17,8 @@ with the SDK's own retries switched off, so that every HTTP request is counted:
 
 :meth:`ModelClient.complete` returns a :class:`Completion` or raises :class:`ModelError`.
 One client serves many concurrent requests (asyncio); share it between the agents that
-use the same server and model. It may be used from successive event loops (each
+use the same server and model: :class:`ClientPool` keeps one client per member's
+:class:`ModelSettings` (model, base URL, key variable, sampling settings). It may be used from successive event loops (each
 ``asyncio.run``); it opens one connection pool per loop.
 
 >>> client = ModelClient(model="qwen2.5-7b-instruct", base_url="http://127.0.0.1:8000/v1",
@@ -393,3 +394,60 @@ def _connection_error_text(err) -> str:
     cause = err.__cause__ or err.__context__
     detail = f": {type(cause).__name__}: {cause}" if cause is not None and str(cause) else ""
     return f"{err.message.rstrip('.')}{detail}"
+
+
+# --- one client per member's settings ------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelSettings:
+    """How one language-agent member talks to its model: everything but the key, which is
+    named by ``api_key_env`` (None: the pool's key, else ``OPENAI_API_KEY``), so that these
+    settings can be written to ``run.json`` as they are."""
+
+    model: str
+    base_url: str
+    api_key_env: Optional[str] = None
+    temperature: Optional[float] = None
+    max_tokens: Optional[int] = None
+    timeout: float = 60.0
+    max_retries: int = 3
+
+    def with_options(self, options: Mapping[str, Any]) -> "ModelSettings":
+        """These settings with a member's own (``model``, ``base_url``, ``api_key_env``,
+        ``temperature``, ``max_tokens``, ``timeout``) in place of the defaults."""
+        known = {f.name for f in dataclasses.fields(self)}
+        return dataclasses.replace(self, **{k: v for k, v in options.items() if k in known})
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+class ClientPool:
+    """One :class:`ModelClient` per distinct :class:`ModelSettings`, shared by every agent and
+    episode that uses them (one connection pool each). ``api_key``: the key of members that
+    name no ``api_key_env`` (else ``OPENAI_API_KEY``); it is kept only inside the clients."""
+
+    def __init__(self, api_key: Optional[str] = None):
+        self._key = _Secret(api_key) if api_key else None
+        self._clients: Dict[ModelSettings, ModelClient] = {}
+
+    def __repr__(self) -> str:
+        return f"ClientPool({len(self._clients)} client(s), api_key={'<set>' if self._key else '<none>'})"
+
+    def get(self, settings: ModelSettings) -> "ModelClient":
+        """The client for ``settings``; ValueError when its ``api_key_env`` is not set."""
+        if settings not in self._clients:
+            key = self._key.value if self._key else None
+            if settings.api_key_env is not None:
+                key = os.environ.get(settings.api_key_env)
+                if not key:
+                    raise ValueError(f"the environment variable {settings.api_key_env} (api_key_env) is not set")
+            self._clients[settings] = ModelClient(
+                settings.model, settings.base_url, key, temperature=settings.temperature,
+                max_tokens=settings.max_tokens, timeout=settings.timeout, max_retries=settings.max_retries)
+        return self._clients[settings]
+
+    async def aclose(self) -> None:
+        for client in self._clients.values():
+            await client.aclose()

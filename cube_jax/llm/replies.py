@@ -21,10 +21,11 @@ format's JSON schema, for ``response_format`` and for prompts.
 
 Reading a reply (:func:`parse_reply`) is tolerant of form and strict on content:
 
-1. :func:`extract_json` finds the object: the whole text, else a fenced block (```json or
-   bare ```), else an object embedded in prose (trying up to 64 ``{`` positions, preferring
-   one with the format's keys). ``<think>...</think>`` sections are skipped; trailing commas
-   before ``}``/``]`` are forgiven. Replies over 64 kB, or nesting brackets deeper than 32,
+1. :func:`extract_json` finds the object: the whole text, else a fenced block (```json, any
+   other tag, or bare ```), else an object embedded in prose (trying up to 64 ``{``
+   positions, preferring one with the format's keys); outer objects are tried before the
+   objects nested in them. ``<think>...</think>`` sections are skipped; trailing commas
+   before ``}``/``]`` are forgiven at any depth. Replies over 64 kB, or nesting brackets deeper than 32,
    are refused without being parsed.
 2. The object is checked against the format (field by field), then the plan is parsed and
    checked against the world in a :class:`ReplyContext` (unknown or delivered blocks, a
@@ -324,7 +325,8 @@ class ReplyContext:
 
 # --- finding the JSON object in a reply ------------------------------------------------------
 
-_FENCE = re.compile(r"```[ \t]*(?:json|JSON|json5)?[ \t]*\r?\n?(.*?)```", re.S)
+# A fenced block, with or without a language tag (```json, ```JSON, ```jsonc, bare ```).
+_FENCE = re.compile(r"```[ \t]*(?:[A-Za-z][\w+.-]*)?[ \t]*\r?\n?(.*?)```", re.S)
 _THINK = re.compile(r"<think>.*?</think>", re.S | re.I)
 _STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.S)
 _STRING_OR_TRAILING_COMMA = re.compile(r'("(?:[^"\\]|\\.)*")|,(\s*[}\]])', re.S)
@@ -361,36 +363,46 @@ def _without_trailing_commas(text: str) -> str:
 
 
 def _decoded(text: str) -> Iterator[Any]:
-    """Every JSON value read from ``text``: the whole of it, each fenced block, then objects
-    starting at its first ``{`` positions."""
+    """Every JSON value read from ``text``, outermost first: the whole of it, each fenced
+    block, then objects starting at its first ``{`` positions. Each is tried as written,
+    then without trailing commas, before the next one: so a whole object with a trailing
+    comma wins over the objects nested in it."""
     decoder = json.JSONDecoder()
     stripped = text.strip()
-    pieces = [stripped] + [m.group(1).strip() for m in _FENCE.finditer(text)]
-    for piece in pieces:
-        try:
-            yield decoder.decode(piece)
-        except (ValueError, RecursionError):  # ValueError covers JSONDecodeError and huge ints
-            pass
-    start = text.find("{")
+    for piece in [stripped] + [m.group(1).strip() for m in _FENCE.finditer(text)]:
+        for variant in (piece, _without_trailing_commas(piece)):
+            try:
+                yield decoder.decode(variant)
+                break
+            except (ValueError, RecursionError):  # ValueError covers JSONDecodeError and huge ints
+                pass
+    # Dropping commas moves no "{": the k-th one of the text is the k-th one of its variant.
+    forgiven = _without_trailing_commas(text)
+    start, forgiven_start = text.find("{"), forgiven.find("{")
     for _ in range(MAX_OBJECT_STARTS):
         if start < 0:
             return
-        try:
-            yield decoder.raw_decode(text, start)[0]
-        except (ValueError, RecursionError):
-            pass
-        start = text.find("{", start + 1)
+        for variant, at in ((text, start), (forgiven, forgiven_start)):
+            try:
+                yield decoder.raw_decode(variant, at)[0]
+                break
+            except (ValueError, RecursionError):
+                pass
+        start, forgiven_start = text.find("{", start + 1), forgiven.find("{", forgiven_start + 1)
 
 
 def extract_json(text: str, keys: Sequence[str] = ()) -> dict:
     """The JSON object in a model's reply (see the module docstring for where it looks).
 
-    Among the objects found, the first holding one of ``keys`` wins, else the first one.
-    Raises :class:`PlanError` (``plan_check``) when there is none, and for a reply that is
-    too long or too deeply nested.
+    Candidates are tried outermost first, each as written and then without trailing commas
+    (before ``]`` or ``}``, at any depth); among the objects found, the first holding one of
+    ``keys`` wins, else the first one. Raises :class:`PlanError` (``plan_check``) when there
+    is none, and for a reply that is too long or too deeply nested.
 
     >>> extract_json('Here you go:\\n```json\\n{"spec": "x", "plan": [1, 2,],}\\n```')
     {'spec': 'x', 'plan': [1, 2]}
+    >>> extract_json('{"spec": "x", "messages": [{"to": [1], "content": "hi"},],}', keys=["spec"])
+    {'spec': 'x', 'messages': [{'to': [1], 'content': 'hi'}]}
     >>> extract_json('I think {a} then {"decision": "resume"} and {"x": 1}', keys=["decision"])
     {'decision': 'resume'}
     """
@@ -404,17 +416,16 @@ def extract_json(text: str, keys: Sequence[str] = ()) -> dict:
     if _nesting_depth(text) > MAX_NESTING:
         raise _fail(f"the reply nests brackets more than {MAX_NESTING} deep")
     first_object = first_other = None
-    for candidate_text in (text, _without_trailing_commas(text)):
-        for value in _decoded(candidate_text):
-            if isinstance(value, dict):
-                if any(k in value for k in keys):
-                    return value
-                if first_object is None:
-                    first_object = value
-            elif first_other is None:
-                first_other = value
-        if first_object is not None:
-            return first_object
+    for value in _decoded(text):
+        if isinstance(value, dict):
+            if any(k in value for k in keys):
+                return value
+            if first_object is None:
+                first_object = value
+        elif first_other is None:
+            first_other = value
+    if first_object is not None:
+        return first_object
     if first_other is not None:
         kind = {list: "array", str: "string", bool: "boolean", int: "number", float: "number"}.get(type(first_other), "null")
         raise _fail(f"the reply must be a JSON object {{...}}, not a JSON {kind}: {_excerpt(text)}")

@@ -101,8 +101,8 @@ def checkpoint_dir(path: Union[str, Path]) -> Path:
     if (path / "checkpoint" / POLICY_META).is_file():
         return path / "checkpoint"
     raise FileNotFoundError(
-        f"load_policy: {str(path)!r} is neither a run folder nor a checkpoint folder (no {POLICY_META} in it "
-        "or in its checkpoint/); train one with: python baselines/ippo.py"
+        f"{str(path)!r} holds no checkpoint: no {POLICY_META} in it or in its checkpoint/ folder; train one with: "
+        "python baselines/ippo.py"
     )
 
 

@@ -30,11 +30,12 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Set
 
 
 from cube_jax.core.env import CubeEnv, layout
-from cube_jax.runtime.loop import Episode, EpisodeEnded, EpisodeResult, Limits
+from cube_jax.runtime import DEFAULT_DIRECTIVE_TIMEOUT, DEFAULT_MAX_PHASES, Episode, EpisodeEnded, EpisodeResult, Limits
 from cube_jax.runtime.topologies import make_topology
 from cube_jax.trace import agent_name
 from cube_jax.symbolic.actions import PlanError
-from cube_jax.teams import BUILTIN_KINDS, Member, parse_team, team_agents
+from cube_jax import registry
+from cube_jax.teams import Member, parse_team, team_agents
 from cube_jax.web import protocol
 from cube_jax.web.human import HumanAgent, TurnListener, human_factory, turn_info
 
@@ -136,6 +137,8 @@ class Settings:
     team: str = "heuristic"
     topology: str = "individual"
     budget: Optional[int] = None
+    max_phases: int = DEFAULT_MAX_PHASES
+    directive_timeout: float = DEFAULT_DIRECTIVE_TIMEOUT
     seed: int = 0
     out: Path = Path("runs/serve")
     limits: Limits = dataclasses.field(default_factory=Limits)
@@ -174,9 +177,10 @@ class Hub(TurnListener):
     def __init__(self, env: CubeEnv, settings: Settings):
         self.env = env
         self.settings = settings
-        kinds = BUILTIN_KINDS + ("human",) + tuple(k for k in settings.factories if k not in BUILTIN_KINDS)
+        kinds = registry.names(provided=("human", *settings.factories))
         self.members: List[Member] = parse_team(settings.team, env.num_agents, kinds=kinds)
-        self.topology = make_topology(settings.topology, env.num_agents, settings.budget)
+        self.topology = make_topology(settings.topology, env.num_agents, settings.budget,
+                                      directive_timeout=settings.directive_timeout)
         self.out = Path(settings.out)
         self.clients: Dict[int, Client] = {}
         self.seats: Dict[int, int] = {}  # human agent id -> client id
@@ -214,7 +218,8 @@ class Hub(TurnListener):
         trace = self._trace_path(seed)
         game_id = next(self._game_ids)
         episode = Episode(self.env, agents, seed=seed, topology=self.topology, trace=trace,
-                          limits=self.settings.limits, env_kwargs=self.settings.world,
+                          limits=self.settings.limits, max_phases=self.settings.max_phases,
+                          env_kwargs=self.settings.world,
                           on_record=lambda record, _id=game_id: self._on_record(_id, record),
                           before_step=pacer.before_step)
         game = Game(game_id, seed, episode, agents, trace, pacer)

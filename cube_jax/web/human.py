@@ -51,7 +51,7 @@ import numpy as np
 
 from cube_jax.agents.base import Agent, Decision, DecisionContext, OutgoingMessage, Plan, Purpose, idle_plan
 from cube_jax.core.types import ACTION_DELTAS
-from cube_jax.runtime.loop import EpisodeEnded
+from cube_jax.runtime import EpisodeEnded
 from cube_jax.trace import agent_name
 from cube_jax.symbolic.actions import PLAN_CHECK, PlanError, make_action, parse_plan, parse_plan_json
 from cube_jax.symbolic.vocabulary import DIRECTIONS

@@ -2,9 +2,9 @@
 
 Every message is one JSON object (a text frame) with a ``type``; the models below are
 strict (a number is never read from a string, unknown keys are refused) and bounded (text
-lengths, list sizes, the frame's size). :func:`parse_client_message` turns any text into a
-model or a short error that says what is wrong and where; it never raises, so no input can
-take the server down. The server answers an error with ``{"type": "error", "error": ...}``
+lengths, list sizes, the frame's size, the nesting depth, text that UTF-8 can write).
+:func:`parse_client_message` turns any text into a model or a short error that says what
+is wrong and where; it never raises, so no input can take the server down. The server answers an error with ``{"type": "error", "error": ...}``
 and keeps the connection open. ``id`` (optional, any integer) is echoed in the answers to
 the message, so a page can match them.
 
@@ -16,6 +16,10 @@ the message, so a page can match them.
 "unknown message type 'fly'; types are: hello, pause, run, step, speed, new_episode, join, release, key, plan, resume, say, ping"
 >>> parse_client_message('[1, 2]')[1]
 'a message must be a JSON object, got list'
+>>> parse_client_message('[' * 1200 + ']' * 1200)[1]
+'nested more than 16 levels deep'
+>>> parse_client_message('{"type": "say", "agent": "agent_0", "messages": [{"to": ["all"], "content": "\\udc80"}]}')[1]
+'not valid Unicode text: a lone surrogate (U+DC80)'
 """
 from __future__ import annotations
 
@@ -24,7 +28,7 @@ from typing import Annotated, Any, Dict, List, Literal, Optional, Tuple, Union
 
 import pydantic
 
-from cube_jax.runtime.loop import MAX_MESSAGE_CHARS
+from cube_jax.runtime import MAX_MESSAGE_CHARS
 
 # The largest text frame the server reads (the transport closes connections past 1 MiB).
 MAX_FRAME_BYTES = 16 * 1024
@@ -36,6 +40,9 @@ KEYS = ("up", "down", "left", "right", "stay")
 # Steps per second a viewer may ask for; "max" runs as fast as the episode can.
 MAX_SPEED = 1000.0
 EXCERPT = 60
+# The deepest message is four levels (a plan: message, list, action, arguments); a limit well
+# above it, checked before parsing, keeps deep nesting away from every recursive reader.
+MAX_NESTING = 16
 
 AgentName = Annotated[str, pydantic.StringConstraints(pattern=r"^agent_(0|[1-9][0-9]{0,3})$")]
 Recipient = Union[AgentName, Literal["all"]]
@@ -171,17 +178,59 @@ def _validation_error(kind: str, err: pydantic.ValidationError) -> str:
     return f"{kind}: {where}: {first['msg']}"
 
 
+def nesting_depth(text: str, limit: int) -> int:
+    """How deep ``text``'s brackets nest outside JSON strings, counted up to ``limit + 1``
+    (one linear pass: no recursion, whatever the input)."""
+    depth = deepest = 0
+    in_string = escaped = False
+    for char in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif char == "\\":
+                escaped = True
+            elif char == '"':
+                in_string = False
+        elif char == '"':
+            in_string = True
+        elif char in "[{":
+            depth += 1
+            if depth > deepest:
+                deepest = depth
+                if deepest > limit:
+                    break
+        elif char in "]}":
+            depth -= 1
+    return deepest
+
+
 def parse_client_message(text: Union[str, bytes]) -> Tuple[Optional[pydantic.BaseModel], Optional[str]]:
     """(the message, None) or (None, what is wrong with it)."""
+    try:
+        return _parse(text)
+    except Exception as err:  # noqa: BLE001 - defensive: nothing a page sends may raise
+        return None, f"the message could not be read: {type(err).__name__}"
+
+
+def _parse(text: Union[str, bytes]) -> Tuple[Optional[pydantic.BaseModel], Optional[str]]:
+    if not isinstance(text, (str, bytes)):
+        return None, f"a message must be a text frame, got {type(text).__name__}"
     size = len(text.encode("utf-8", "replace") if isinstance(text, str) else text)
     if size > MAX_FRAME_BYTES:
         return None, f"message of {size} bytes; at most {MAX_FRAME_BYTES}"
     if isinstance(text, bytes):
         return None, "binary frames are not read; send JSON text"
+    if nesting_depth(text, MAX_NESTING) > MAX_NESTING:
+        return None, f"nested more than {MAX_NESTING} levels deep"
     try:
         data = json.loads(text)
     except ValueError as err:
         return None, f"not JSON ({getattr(err, 'msg', err)}): {_excerpt(text)}"
+    try:
+        # JSON escapes can spell lone surrogates, which no trace file (UTF-8) can hold
+        json.dumps(data, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError as err:
+        return None, f"not valid Unicode text: a lone surrogate (U+{ord(err.object[err.start]):04X})"
     if not isinstance(data, dict):
         return None, f"a message must be a JSON object, got {type(data).__name__}"
     kind = data.get("type")
@@ -192,10 +241,8 @@ def parse_client_message(text: Union[str, bytes]) -> Tuple[Optional[pydantic.Bas
         return _ADAPTER.validate_python(data), None
     except pydantic.ValidationError as err:
         return None, _validation_error(kind, err)
-    except (ValueError, TypeError, RecursionError) as err:  # defensive: nothing a page sends may raise
-        return None, f"{kind}: {type(err).__name__}"
 
 
 __all__ = ["AGENT_INPUTS", "ClientMessage", "Hello", "Join", "KEYS", "Key", "MAX_FRAME_BYTES", "MESSAGE_TYPES",
-           "NewEpisode", "OutgoingText", "Pause", "Ping", "PlanInput", "Release", "Resume", "Run", "Say", "SetSpeed",
-           "Step", "parse_client_message"]
+           "MAX_NESTING", "NewEpisode", "OutgoingText", "Pause", "Ping", "PlanInput", "Release", "Resume", "Run", "Say", "SetSpeed",
+           "Step", "nesting_depth", "parse_client_message"]

@@ -175,13 +175,15 @@ def create_app(env: CubeEnv, settings: Settings, replays: Sequence[Path] = (), p
         writer = asyncio.create_task(sender())
         try:
             while True:
-                message = await websocket.receive()
+                try:
+                    message = await websocket.receive()
+                except (WebSocketDisconnect, RuntimeError):  # the transport is gone
+                    break
                 if message["type"] == "websocket.disconnect":
                     break
+                # never raises: a bad frame gets an error reply and the connection stays open
                 await hub.handle(client, message.get("text") if message.get("text") is not None
                                  else message.get("bytes") or b"")
-        except (WebSocketDisconnect, RuntimeError):
-            pass
         finally:
             writer.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):

@@ -259,6 +259,8 @@
   };
   const renderer = new Renderer($("grid"));
 
+  // Whether the live episode has ended (its last record is in): nothing runs or waits then.
+  function liveEnded() { return Boolean(app.live.film && app.live.film.live && app.live.film.live.end); }
   function currentFilm() { return app.view === "live" ? app.live.film : app.replay.film; }
   function currentFrame() {
     const film = currentFilm();
@@ -500,6 +502,10 @@
       for (const m of turn.inbox) lines.push(`from ${m.sender}: ${m.content}`);
       lines.push(turn.may_send ? `you may send ${turn.budget} message(s) to ${turn.recipients.join(", ")}`
                                : "no message may be sent now");
+    } else if (liveEnded()) {
+      const end = app.live.film.live.end;
+      lines.push(`The episode has ended (${end.terminated ? "terminated" : "truncated"}): ${end.reason}.`);
+      lines.push("Start a new episode to play again.");
     } else {
       const film = app.live.film;
       const p = film ? film.live.panels[agentId(agent)] : null;
@@ -636,7 +642,12 @@
       const game = app.live.game;
       parts[0] += ` / ${game.max_steps}`;
       const c = app.live.controls || {};
-      if (!frame.end) parts.push(c.paused ? "paused" : `running at ${c.speed === "max" ? "full speed" : `${c.speed} steps/s`}`);
+      const people = Object.keys(app.live.turns || {});
+      if (!frame.end && people.length) {
+        parts.push(`waiting for the person at ${people.join(", ")}`);
+      } else if (!frame.end) {
+        parts.push(c.paused ? "paused" : `running at ${c.speed === "max" ? "full speed" : `${c.speed} steps/s`}`);
+      }
     } else {
       parts[0] = `${app.replay.name}: t = ${app.replay.k} / ${film.length - 1}`;
     }
@@ -702,6 +713,16 @@
     }
   }
 
+  // The trace list shows which trace is open: selected, marked, and named above the list.
+  function markOpenTrace(name) {
+    const select = $("trace-list");
+    for (const option of select.options) {
+      option.textContent = option.value === name ? `▶ ${option.value} (open)` : option.value;
+    }
+    if ([...select.options].some((o) => o.value === name)) select.value = name;
+    $("open-trace").textContent = `open: ${name}`;
+  }
+
   function openReplay(payload) {
     const records = payload.records;
     const film = new Film(records[0], payload.grid_size);
@@ -711,7 +732,9 @@
     app.replay.name = payload.name;
     app.replay.k = 0;
     $("scrub").max = String(film.length - 1);
+    markOpenTrace(payload.name);
     const picture = $("timeline");
+    picture.classList.remove("enlarged");
     if (payload.timeline) {
       picture.src = payload.timeline;
       picture.hidden = false;
@@ -819,6 +842,7 @@
       if (!messages.length) { showPlayError("type a message first"); return; }
       send({ type: "say", agent: app.active, messages });
     };
+    $("timeline").onclick = () => $("timeline").classList.toggle("enlarged");
     $("load-trace").onclick = () => { const name = $("trace-list").value; if (name) loadTrace(name); };
     $("trace-file").onchange = (event) => { const file = event.target.files[0]; if (file) uploadTrace(file); };
     $("first").onclick = () => seek(0);

@@ -1,0 +1,255 @@
+"""The record types of a trace (LLM.md section 5), declared once.
+
+Each record type is a ``msgspec`` Struct; together they form a tagged union on the
+``"type"`` key (:data:`AnyRecord`), so one decoder picks the right type for every line.
+The writer (:class:`~cube_jax.trace.writer.TraceWriter`) checks what it writes against
+them, the validator (:mod:`~cube_jax.trace.validate`) checks files against them, and the
+analytics read them, whole or as views that keep only the keys they use
+(:func:`record_views`): a new key is one edit here.
+
+Scalars are strict, as in the JSON file: a string is never read as a number, nor a bool
+as an int (a JSON integer is a valid float). Records may carry keys beyond the ones
+declared here; the types ignore them and :func:`~cube_jax.trace.read_trace` keeps them.
+A rule that spans several keys of one record (a ``failed`` plan names its reason) is
+checked in the record's ``__post_init__``, which raises :class:`RecordRuleError`.
+
+>>> import msgspec
+>>> msgspec.convert({"type": "stage", "t": 0, "wall": 1, "agent": "agent_0", "stage": "R"}, AnyRecord)
+StageRecord(t=0, wall=1.0, agent='agent_0', stage='R')
+>>> view = record_views({"stage": ("stage",)})["stage"]
+>>> msgspec.convert({"type": "stage", "t": 0, "wall": 1, "agent": "agent_0", "stage": "R"}, view)
+StageRecordView(t=0, wall=1.0, stage='R')
+"""
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any, Dict, List, Literal, Mapping, Optional, Sequence, Tuple, Union
+
+import msgspec
+from msgspec import Meta
+
+SCHEMA_VERSION = 1
+STAGES = ("R", "W", "X", "I")
+PLAN_EVENTS = ("committed", "resumed", "succeeded", "failed", "replaced", "unfinished")
+LLM_PURPOSES = ("plan", "interrupt", "message", "proposal", "commitment")
+MESSAGE_KINDS = ("proposal", "commitment")
+FACE_NAMES = ("up", "down", "left", "right")
+TASK_KEY = re.compile(r"^(0|[1-9]\d*):(up|down|left|right)$")
+BLOCK_KEY = re.compile(r"^(0|[1-9]\d*)$")
+# What an error message quotes of a bad value, at most.
+EXCERPT = 80
+
+
+def agent_name(i: int) -> str:
+    """The trace name of agent ``i``: ``agent_i``."""
+    return f"agent_{i}"
+
+
+class RecordRuleError(Exception):
+    """A record whose keys have the right types but break a rule of the format: ``key``
+    names the key, the message says what is wrong. (Not a ValueError: msgspec would fold
+    that into a message without the key.)"""
+
+    def __init__(self, key: str, message: str):
+        self.key = key
+        super().__init__(message)
+
+
+def _excerpt(text: str) -> str:
+    return text if len(text) <= EXCERPT else text[:EXCERPT] + "..."
+
+
+# --- field types ---------------------------------------------------------------------------------
+
+NonNegativeInt = Annotated[int, Meta(ge=0)]
+PositiveInt = Annotated[int, Meta(ge=1)]
+Seconds = Annotated[float, Meta(ge=0)]
+BlockId = NonNegativeInt
+Cell = Tuple[int, int]  # [row, column]
+BlockRow = Tuple[int, int, PositiveInt, bool]  # [row, column, weight, alive]
+
+
+class AgentInfo(msgspec.Struct, gc=False):
+    """An agent of the ``episode`` record: its kind and its model (null for planners)."""
+
+    kind: str
+    model: Optional[str]
+
+
+class LayoutInfo(msgspec.Struct, forbid_unknown_fields=True, gc=False):
+    """The world at the start, as ``cube_jax.layout`` gives it."""
+
+    t: NonNegativeInt
+    agents: List[Cell]
+    blocks: List[BlockRow]
+
+
+class TaskCounts(msgspec.Struct, frozen=True, gc=False):
+    """A face's counts at one step (LLM.md section 5, under ``step``)."""
+
+    required: PositiveInt
+    spatial: NonNegativeInt
+    temporal: NonNegativeInt
+    participation: NonNegativeInt
+    joint: NonNegativeInt
+
+
+# --- the records ---------------------------------------------------------------------------------
+
+
+class TraceRecord(msgspec.Struct, tag_field="type", gc=False):
+    """Keys every record has: the environment step ``t`` and ``wall`` seconds since the
+    episode started. JSON values hold no reference cycles, hence ``gc=False``."""
+
+    t: NonNegativeInt
+    wall: Seconds
+
+
+class EpisodeRecord(TraceRecord, tag="episode"):
+    schema: Literal[SCHEMA_VERSION]
+    env: Dict[str, Any]
+    seed: int
+    topology: str
+    agents: Dict[str, AgentInfo]
+    layout: LayoutInfo
+
+
+class StageRecord(TraceRecord, tag="stage"):
+    agent: str
+    stage: Literal[STAGES]
+
+
+class PlanRecord(TraceRecord, tag="plan"):
+    agent: str
+    plan_id: Union[int, str]
+    spec: str
+    actions: List[str]
+    event: Literal[PLAN_EVENTS]
+    reason: Optional[str] = None
+    fallback: bool = False
+
+    def __post_init__(self):
+        if self.event == "failed" and not self.reason:
+            raise RecordRuleError("reason", "a plan record with event 'failed' needs a non-empty 'reason'")
+
+
+class MessageRecord(TraceRecord, tag="message"):
+    id: Union[int, str]
+    sender: str
+    recipients: List[str]
+    content: str
+    kind: Optional[Literal[MESSAGE_KINDS]] = None
+
+
+class LLMRecord(TraceRecord, tag="llm"):
+    agent: str
+    purpose: Literal[LLM_PURPOSES]
+    model: Optional[str]
+    attempts: NonNegativeInt
+    latency_s: Seconds
+    prompt_tokens: NonNegativeInt
+    completion_tokens: NonNegativeInt
+    valid: bool
+    fallback: bool
+    error: Optional[str] = None
+
+
+class StepRecord(TraceRecord, tag="step"):
+    actions: Dict[str, int]
+    symbolic: Dict[str, Optional[str]]
+    reward: List[float]
+    agents: List[Cell]
+    blocks: List[BlockRow]
+    delivered: List[BlockId]
+    tasks: Dict[str, TaskCounts]
+
+    def __post_init__(self):
+        for key in self.tasks:
+            if not TASK_KEY.match(key):
+                raise RecordRuleError(
+                    "tasks", f"task key {_excerpt(key)!r} is not '<block>:<face>' with face up, down, left or right")
+
+
+class NegotiationRecord(TraceRecord, tag="negotiation"):
+    room: List[str]
+    proposals: Dict[str, Optional[BlockId]]
+    commitments: Dict[str, Optional[BlockId]]
+    team_sizes: Dict[str, PositiveInt]
+    allocation: Dict[str, Optional[BlockId]]
+    quorum_failed: List[BlockId]
+
+    def __post_init__(self):
+        members = set(self.room)
+        if len(members) != len(self.room):
+            raise RecordRuleError("room", "names an agent twice")
+        for key in ("proposals", "commitments", "allocation"):
+            outside = [name for name in getattr(self, key) if name not in members]
+            if outside:
+                raise RecordRuleError(key, f"{_excerpt(outside[0])!r} is not a member of the room")
+        for block in self.team_sizes:
+            if not BLOCK_KEY.match(block):
+                raise RecordRuleError("team_sizes", f"key {_excerpt(block)!r} is not a block id")
+
+
+class EndRecord(TraceRecord, tag="end"):
+    terminated: bool
+    truncated: bool
+    reason: str
+    steps: NonNegativeInt
+    blocks_delivered: NonNegativeInt
+    blocks_total: NonNegativeInt
+    weight_delivered: NonNegativeInt
+    weight_total: NonNegativeInt
+
+
+RECORD_CLASSES: Dict[str, type] = {
+    cls.__struct_config__.tag: cls
+    for cls in (EpisodeRecord, StageRecord, PlanRecord, MessageRecord, LLMRecord, StepRecord, NegotiationRecord,
+                EndRecord)
+}
+RECORD_TYPES = tuple(RECORD_CLASSES)
+AnyRecord = Union[tuple(RECORD_CLASSES.values())]
+
+
+def required_keys(record_type: str) -> frozenset:
+    """The keys a record of ``record_type`` must carry (``type`` included)."""
+    fields = msgspec.structs.fields(RECORD_CLASSES[record_type])
+    return frozenset(f.encode_name for f in fields if f.required) | {"type"}
+
+
+def record_views(keys: Mapping[str, Sequence[str]], prefix: str = "") -> Dict[str, type]:
+    """Light record types that hold only some keys: ``keys`` maps a record type to the keys
+    to keep (``t`` and ``wall`` are always kept), each with the type declared above.
+
+    Decoding into a view skips the keys it leaves out without building Python objects for
+    them (a step record's positions and rewards are most of a trace) and checks the kept
+    ones as strictly as the full types do; rules that span keys (``__post_init__``) are
+    the full types' alone. Returns record type -> view class, named
+    ``<prefix><Type>RecordView``; union them with ``Union[tuple(views.values())]``.
+    """
+    views = {}
+    for record_type, kept in keys.items():
+        if record_type not in RECORD_CLASSES:
+            raise ValueError(f"record_views: unknown record type {record_type!r}; types are {RECORD_TYPES}")
+        full = RECORD_CLASSES[record_type]
+        fields = {f.name: f for f in msgspec.structs.fields(full)}
+        unknown = [key for key in kept if key not in fields]
+        if unknown:
+            raise ValueError(f"record_views: a {record_type!r} record has no key {unknown[0]!r}")
+        spec = []
+        for key in kept:
+            if key in ("t", "wall"):
+                continue
+            field = fields[key]
+            spec.append((key, field.type) if field.required else (key, field.type, field.default))
+        views[record_type] = msgspec.defstruct(f"{prefix}{full.__name__}View", spec, bases=(TraceRecord,),
+                                               tag=record_type, tag_field="type", gc=False,
+                                               module=__name__)
+    return views
+
+
+__all__ = ["AgentInfo", "AnyRecord", "BLOCK_KEY", "EXCERPT", "EndRecord", "EpisodeRecord", "FACE_NAMES", "LLMRecord",
+           "LLM_PURPOSES", "LayoutInfo", "MESSAGE_KINDS", "MessageRecord", "NegotiationRecord", "PLAN_EVENTS",
+           "PlanRecord", "RECORD_CLASSES", "RECORD_TYPES", "RecordRuleError", "SCHEMA_VERSION", "STAGES",
+           "StageRecord", "StepRecord", "TASK_KEY", "TaskCounts", "TraceRecord", "agent_name", "record_views",
+           "required_keys"]
