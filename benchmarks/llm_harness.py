@@ -39,12 +39,12 @@ import numpy as np  # noqa: E402
 
 import cube_jax  # noqa: E402
 from cube_jax.agents.views import WorldView  # noqa: E402
-from cube_jax.evaluation import Episode, Limits, run_episodes  # noqa: E402
+from cube_jax.evaluation import Episode, Limits, arun_episodes, run_episodes  # noqa: E402
 from cube_jax.runtime.topologies import TOPOLOGIES  # noqa: E402
 from cube_jax.llm import ModelClient  # noqa: E402
 from cube_jax.llm.agent import LLMAgent  # noqa: E402
 
-from bench_common import markdown_table  # noqa: E402
+from bench_common import markdown_table, write_generated  # noqa: E402
 from tests.sound_model import SoundModel  # noqa: E402
 
 
@@ -69,15 +69,6 @@ def bench_overhead(n: int, steps: int) -> dict:
     asyncio.run(Episode(env, [LLMAgent(SoundModel()) for _ in range(n)], seed=1, limits=Limits(max_steps=2)).run())
     agents = [TimedAgent(model) for _ in range(n)]
     episode = Episode(env, agents, seed=0, limits=Limits(max_steps=steps))
-    commit_seconds = []
-    original_commit = episode._commit
-
-    def timed_commit(slot, plan, note=None):
-        t0 = time.perf_counter()
-        original_commit(slot, plan, note)
-        commit_seconds.append(time.perf_counter() - t0)
-
-    episode._commit = timed_commit
     t0 = time.perf_counter()
     asyncio.run(episode.run())
     wall = time.perf_counter() - t0
@@ -89,7 +80,7 @@ def bench_overhead(n: int, steps: int) -> dict:
         v = WorldView(state)
         _ = v.blocks
         views.append(time.perf_counter() - t1)
-    per_decision = [d + c for d, c in zip(decide, commit_seconds)] if len(commit_seconds) == len(decide) else decide
+    per_decision = decide
     return {
         "n": n,
         "grid": env.grid_size,
@@ -108,7 +99,7 @@ def bench_overhead(n: int, steps: int) -> dict:
 async def _episodes_at(env, url: str, episodes: int, concurrency: int) -> list:
     client = ModelClient("fake-model", base_url=url, timeout=30.0)
     runs = [Episode(env, [LLMAgent(client) for _ in range(env.num_agents)], seed=s) for s in range(episodes)]
-    results = await run_episodes(runs, concurrency=concurrency)
+    results = await arun_episodes(runs, concurrency=concurrency)
     await client.aclose()
     return results
 
@@ -156,7 +147,7 @@ def bench_outcomes(world: str, topology: str, seeds: int) -> dict:
     model = SoundModel()
     runs = [Episode(env, [LLMAgent(model) for _ in range(env.num_agents)], seed=s, topology=topology)
             for s in range(seeds)]
-    results = asyncio.run(run_episodes(runs, concurrency=seeds))
+    results = run_episodes(runs, concurrency=seeds)
     return {
         "world": world,
         "topology": topology,
@@ -167,6 +158,31 @@ def bench_outcomes(world: str, topology: str, seeds: int) -> dict:
         "steps_mean": statistics.mean(r.steps for r in results),
         "model_calls_mean": statistics.mean(r.model_calls for r in results),
     }
+
+
+def overhead_table(rows) -> str:
+    return markdown_table("Harness time per agent decision (model time excluded)", rows,
+                          ["n", "grid", "blocks", "decisions", "decision_ms_mean", "decision_ms_p95", "view_ms_per_step",
+                           "prompt_chars_mean"])
+
+
+def throughput_table(rows) -> str:
+    latency = rows[0]["latency_s"] if rows else 0
+    return markdown_table(f"Episodes per hour, hard, 3 agents, {latency} s per call", rows,
+                          ["concurrency", "episodes", "wall_s", "episodes_per_hour", "speedup_vs_c1", "calls",
+                           "max_in_flight", "success_rate"])
+
+
+def outcomes_table(rows) -> str:
+    return markdown_table("Sound plans under each topology", rows,
+                          ["world", "topology", "episodes", "blocks_delivered_mean", "blocks_total", "success_rate",
+                           "steps_mean", "model_calls_mean"])
+
+
+def render(data: dict) -> str:
+    """The tables of a run, as ``docs/llm.md`` shows them between its markers."""
+    tables = [overhead_table(data["overhead"]), throughput_table(data["throughput"]), outcomes_table(data["outcomes"])]
+    return "\n".join(table.replace("\n## ", "\n#### ", 1) for table in tables)
 
 
 def _plot(rows, path: Path) -> None:
@@ -197,6 +213,7 @@ def main(argv=None) -> int:
     parser.add_argument("--quick", action="store_true", help="smaller sizes and fewer episodes")
     parser.add_argument("--latency", type=float, default=0.5, help="fake server latency per call, s (default 0.5)")
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "llm_harness.json")
+    parser.add_argument("--doc", action="store_true", help="also rewrite the generated tables in docs/llm.md")
     args = parser.parse_args(argv)
     if not args.latency >= 0:
         parser.error("--latency must be >= 0")
@@ -208,9 +225,7 @@ def main(argv=None) -> int:
         overhead.append(bench_overhead(n, steps=10 if n >= 64 else 20))
         print(f"  overhead n={n}: {overhead[-1]['decision_ms_mean']:.2f} ms/decision", flush=True)
     results["overhead"] = overhead
-    print(markdown_table("harness time per decision (model time excluded)", overhead,
-                 ["n", "grid", "blocks", "decisions", "model_calls", "decision_ms_mean", "decision_ms_p95", "view_ms_per_step",
-                  "prompt_chars_mean"]))
+    print(overhead_table(overhead))
 
     plan = [(1, 8), (8, 64), (64, 64)] if not args.quick else [(1, 2), (8, 16)]
     bench_throughput(1, 1, 0.0)  # compiles the world's step before anything is timed
@@ -222,9 +237,7 @@ def main(argv=None) -> int:
     for row in throughput:
         row["speedup_vs_c1"] = base / (row["wall_s"] / row["episodes"])
     results["throughput"] = throughput
-    print(markdown_table(f"episodes per hour, hard, 3 agents, {args.latency} s per call", throughput,
-                 ["concurrency", "episodes", "wall_s", "episodes_per_hour", "speedup_vs_c1", "calls", "max_in_flight",
-                  "success_rate"]))
+    print(throughput_table(throughput))
 
     seeds = 2 if args.quick else 8
     worlds = ["easy", "hard"] if args.quick else ["easy", "hard", "n4"]
@@ -234,15 +247,15 @@ def main(argv=None) -> int:
             outcomes.append(bench_outcomes(world, topology, seeds))
             print(f"  outcomes {world} {topology}: {outcomes[-1]['blocks_delivered_mean']:.2f} blocks", flush=True)
     results["outcomes"] = outcomes
-    print(markdown_table("sound-plan model: blocks delivered per topology", outcomes,
-                 ["world", "topology", "episodes", "blocks_delivered_mean", "blocks_total", "success_rate",
-                  "steps_mean", "model_calls_mean"]))
+    print(outcomes_table(outcomes))
 
     results["machine"]["load_average_at_end"] = os.getloadavg()
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(results, indent=2))
     _plot(overhead, args.out.with_suffix(".png"))
     print(f"\nwrote {args.out} and {args.out.with_suffix('.png')}")
+    if args.doc:
+        write_generated(ROOT / "docs" / "llm.md", "benchmarks/llm_harness.py", str(args.out.relative_to(ROOT)))
     return 0
 
 

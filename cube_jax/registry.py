@@ -28,7 +28,8 @@ import re
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
-from cube_jax.agents import Agent, BatchedPolicy, HeuristicAgent, HeuristicPolicy, RandomPolicy, TeamAgent, TeamBrain
+from cube_jax.agents import (Agent, BatchedPolicy, HeuristicAgent, HeuristicPolicy, NegotiatorAgent, RandomPolicy, TeamAgent,
+                             TeamBrain)
 from cube_jax.agents import policy_agents
 from cube_jax.core.env import CubeEnv
 
@@ -197,6 +198,10 @@ def _heuristic_agents(env: CubeEnv, member: Member, ids: Sequence[int]) -> List[
     return [HeuristicAgent() for _ in ids]
 
 
+def _negotiator_agents(env: CubeEnv, member: Member, ids: Sequence[int]) -> List[Agent]:
+    return [NegotiatorAgent() for _ in ids]
+
+
 def _team_agents(env: CubeEnv, member: Member, ids: Sequence[int]) -> List[Agent]:
     brain = TeamBrain()  # one assignment shared by the whole group
     return [TeamAgent(brain) for _ in ids]
@@ -271,6 +276,9 @@ MODEL_OPTIONS = (
 register(AgentKind("heuristic", "the cube paper's greedy planner (each agent plans for itself)",
                    build=_heuristic_agents, batched=_heuristic_policy))
 register(AgentKind("team", "the team planner: one shared assignment of agents to blocks", build=_team_agents))
+register(AgentKind("negotiator", "DR. WELL's negotiating planner: proposes and commits by the world model's "
+                                 "guidebook (the heuristic's choice on ties), then plans like the heuristic",
+                   build=_negotiator_agents))
 register(AgentKind("random", "uniformly random primitive actions", build=_policy_agents_of(_random_policy),
                    batched=_random_policy))
 register(AgentKind("policy", "a trained RL policy acting greedily, one primitive per step (the run folder of "

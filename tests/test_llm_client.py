@@ -13,12 +13,12 @@ from cube_jax.llm import (
     CallRecord,
     ModelClient,
     ModelError,
-    OutgoingMessage,
     PlanReply,
     RecordingClient,
     ReplayClient,
     ReplayMismatch,
     ReplyContext,
+    ReplyMessage,
     ask,
     load_exchanges,
     reply_schema,
@@ -379,7 +379,7 @@ def test_message_and_interrupt_purposes():
         message = run_ask(server, purpose="message")
         interrupt = run_ask(server, purpose="interrupt")
         names = [r.body["response_format"]["json_schema"]["name"] for r in server.completions]
-    assert message.reply.messages == (OutgoingMessage((1, 2), "I take block 0"),)
+    assert message.reply.messages == (ReplyMessage((1, 2), "I take block 0"),)
     assert (interrupt.reply.decision, [str(a) for a in interrupt.reply.plan]) == ("replan", ["push_block(0, 3)"])
     assert names == ["message_reply", "interrupt_reply"]
 

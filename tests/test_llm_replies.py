@@ -13,9 +13,9 @@ from cube_jax.llm import (
     MAX_REPLY_CHARS,
     InterruptReply,
     MessageReply,
-    OutgoingMessage,
     PlanReply,
     ReplyContext,
+    ReplyMessage,
     error_feedback,
     extract_json,
     parse_reply,
@@ -136,11 +136,11 @@ def test_plan_reply_messages_are_normalised():
     ]
     reply = parse_reply(plan_reply(messages=messages), "plan", CONTEXT)
     assert reply.messages == (
-        OutgoingMessage((1, 2), "meet at the left face of block 1"),
-        OutgoingMessage((1, 2), "I push block 1"),
+        ReplyMessage((1, 2), "meet at the left face of block 1"),
+        ReplyMessage((1, 2), "I push block 1"),
     )
     single = parse_reply(plan_reply(messages={"to": ["1"], "content": "hi"}), "plan", CONTEXT)
-    assert single.messages == (OutgoingMessage((1,), "hi"),)
+    assert single.messages == (ReplyMessage((1,), "hi"),)
     assert parse_reply(plan_reply(messages=None), "plan", SILENT).messages == ()
 
 
@@ -226,7 +226,7 @@ def test_interrupt_replan_carries_the_new_plan_and_messages():
     text = json.dumps({"reasoning": "r", "decision": "replan", "spec": "push_block(block#1)", "plan": PLAN_TEXT,
                        "messages": [{"to": [2], "content": "switching to block 1"}]})
     assert parse_reply(text, "interrupt", CONTEXT) == InterruptReply(
-        "replan", "push_block(block#1)", PLAN, (OutgoingMessage((2,), "switching to block 1"),), "r"
+        "replan", "push_block(block#1)", PLAN, (ReplyMessage((2,), "switching to block 1"),), "r"
     )
 
 
@@ -245,7 +245,7 @@ def test_interrupt_problems(text, message):
 
 def test_message_reply_needs_a_message():
     reply = parse_reply('{"reasoning": "lead", "messages": [{"to": "all", "content": "take block 0"}]}', "message", CONTEXT)
-    assert reply == MessageReply((OutgoingMessage((1, 2), "take block 0"),), "lead")
+    assert reply == MessageReply((ReplyMessage((1, 2), "take block 0"),), "lead")
     assert problem('{"messages": []}', "message").message == "field 'messages' needs at least 1 item(s)"
 
 
@@ -400,7 +400,7 @@ def test_a_trailing_comma_after_the_messages_gives_the_whole_reply():
     assert parse_reply(TRAILING_COMMA_REPLY, "plan", CONTEXT) == PlanReply(
         spec="push_block(block#1)",
         plan=(make_action("move_to_block", block=1, face="left"), make_action("push_block", block=1, steps=5)),
-        messages=(OutgoingMessage((1,), "I take the left face of block 1"),),
+        messages=(ReplyMessage((1,), "I take the left face of block 1"),),
     )
 
 

@@ -14,13 +14,15 @@ def test_every_kind_is_declared_once_with_what_callers_need():
     assert table == {
         "heuristic": (True, None, None),
         "team": (False, None, None),
+        "negotiator": (False, None, None),
         "random": (True, None, None),
         "policy": (True, "checkpoint folder", None),
         "llm": (False, "model[@base URL]", "cube-jax llm and cube-jax serve"),
         "human": (False, None, "cube-jax serve"),
     }
     assert all(k.description for k in registry.kinds())
-    assert registry.names(provided=["human", "llm"]) == ("heuristic", "team", "random", "policy", "llm", "human")
+    assert registry.names(provided=["human", "llm"]) == ("heuristic", "team", "negotiator", "random", "policy", "llm",
+                                                         "human")
     with pytest.raises(ValueError, match="already registered"):
         registry.register(registry.AgentKind("team", "again", build=lambda env, m, ids: []))
 
@@ -61,7 +63,7 @@ def test_an_llm_entry_names_its_model_and_server(spec, options):
     "spec, kinds, message",
     [
         ("llm,heuristic", None, "team: entry 0: kind 'llm' plays only in cube-jax llm and cube-jax serve; kinds here "
-                                "are heuristic, team, random, policy"),
+                                "are heuristic, team, negotiator, random, policy"),
         ("heuristic,llm:a@b", ("heuristic", "llm"), "team: entry 1 ('llm:a@b'): after '@' comes the server's base URL"),
         ("heuristic,random:3", None, "team: entry 1: random takes no argument, got 'random:3'"),
         ("heuristic,policy", None, "team: entry 1 needs a checkpoint folder: policy:<checkpoint folder>"),

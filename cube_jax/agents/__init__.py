@@ -13,6 +13,7 @@ from cube_jax.agents.base import (
     DecisionContext,
     Message,
     ModelCall,
+    NegotiationView,
     OpenLedger,
     OutgoingMessage,
     PartnerState,
@@ -25,6 +26,7 @@ from cube_jax.agents.base import (
     fallback_plan,
     idle_plan,
 )
+from cube_jax.agents.negotiator import NegotiatorAgent, negotiator_team
 from cube_jax.agents.planners import HeuristicAgent, TeamAgent, TeamBrain, heuristic_team, team_planner_team
 from cube_jax.agents.policies import HeuristicPolicy, PolicyAgent, RandomPolicy, TeamPolicy, policy_agents
 from cube_jax.agents.scripted import ScriptedAgent
@@ -42,6 +44,8 @@ __all__ = [
     "HeuristicPolicy",
     "Message",
     "ModelCall",
+    "NegotiationView",
+    "NegotiatorAgent",
     "OpenLedger",
     "OutgoingMessage",
     "PartnerState",
@@ -60,6 +64,7 @@ __all__ = [
     "WorldView",
     "fallback_plan",
     "heuristic_team",
+    "negotiator_team",
     "idle_plan",
     "policy_agents",
     "team_planner_team",

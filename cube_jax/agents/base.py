@@ -9,7 +9,7 @@ There are two shapes of agent, because there are two ways to play CUBE:
   team of batched policies is again a batched policy (:class:`cube_jax.agents.TeamPolicy`),
   each agent taking its action from its own member.
 * :class:`Agent`: a decision maker for ONE agent, run on the CPU by the episode loop
-  (:mod:`cube_jax.evaluation.episode`). At a decision point the loop hands it a
+  (:mod:`cube_jax.runtime`). At a decision point the loop hands it a
   :class:`DecisionContext` and awaits a :class:`Decision`: a plan (a task specification and
   symbolic actions, compiled to primitives by the plan executor), messages to teammates
   (as the communication topology allows) and, when it was interrupted by a message,
@@ -54,6 +54,8 @@ class Purpose(str, enum.Enum):
     PLAN = "plan"  # in R: commit a plan (and maybe send messages)
     INTERRUPT = "interrupt"  # in I: resume or replan after a message
     MESSAGE = "message"  # a message-only turn (a centralized leader's directive)
+    PROPOSAL = "proposal"  # negotiation: propose one task (a live block id, or none)
+    COMMITMENT = "commitment"  # negotiation: commit to one block (or none)
 
 
 class Reason(str, enum.Enum):
@@ -177,7 +179,8 @@ class Decision:
 
     In R (purpose ``plan``): ``plan`` is required. In I (purpose ``interrupt``):
     ``resume=True`` keeps the running plan, otherwise ``plan`` replaces it. A ``message``
-    turn carries ``messages`` only. ``fallback`` marks a decision the agent fell back to
+    turn carries ``messages`` only. A negotiation ``proposal`` or ``commitment`` carries
+    ``block`` (a live block id, or None for none) and a short ``rationale``. ``fallback`` marks a decision the agent fell back to
     after failing to get a valid reply, with ``note`` saying why. Model calls are not part
     of the decision: they are reported to ``DecisionContext.calls`` as they happen.
     """
@@ -187,6 +190,8 @@ class Decision:
     messages: Tuple[OutgoingMessage, ...] = ()
     fallback: bool = False
     note: Optional[str] = None
+    block: Optional[int] = None  # a proposal's or commitment's block id (None: none)
+    rationale: str = ""  # a proposal's or commitment's short reason
 
 
 @dataclasses.dataclass(frozen=True)
@@ -199,6 +204,7 @@ class TopologyView:
     allowed_recipients: frozenset  # agent ids it may address
     message_budget: int  # messages it may send in this decision
     instructions: str = ""  # what this turn asks for (e.g. "send one directive to all followers")
+    required_spec: Optional[str] = None  # the spec a plan must have here (negotiation: its allocated block's)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -209,6 +215,31 @@ class PartnerState:
     stage: Stage
     spec: Optional[str]  # its current plan's spec (None when it has none)
     action: Optional[str]  # the symbolic action it is executing, as text (None when none)
+
+
+@dataclasses.dataclass(frozen=True)
+class NegotiationView:
+    """What a member of a negotiation room sees (LLM.md section 3.1).
+
+    ``room``: the members, id order. ``proposals`` / ``commitments``: agent id -> block id
+    (None: none) for the members who have spoken so far in this room. ``team_sizes``: block
+    id -> suggested team size, for every proposed block (after the proposal round).
+    ``executing``: block id -> agents already executing a plan for it (outside the room).
+    ``guidebook``: the world model's guidebook as text (empty without a world model), and
+    ``success``: block id -> the world model's success rate for its task, where it has data.
+    ``allocation``: the member's final block when it plans (None before).
+    ``plan_library``: the world model's plan library for that block, as text.
+    """
+
+    room: Tuple[int, ...]
+    proposals: Dict[int, Optional[int]]
+    commitments: Dict[int, Optional[int]]
+    team_sizes: Dict[int, int]
+    executing: Dict[int, int]
+    guidebook: str = ""
+    success: Dict[int, float] = dataclasses.field(default_factory=dict)
+    allocation: Optional[int] = None
+    plan_library: str = ""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -253,6 +284,7 @@ class DecisionContext:
     calls: CallLedger = dataclasses.field(default_factory=OpenLedger)  # where model calls are reported
     partners: Tuple["PartnerState", ...] = ()  # every teammate's state (COBLOCK's partner state)
     sent: Tuple[Message, ...] = ()  # the messages this agent sent recently (oldest first)
+    negotiation: Optional[NegotiationView] = None  # set in a negotiation room (and when planning after one)
 
     @functools.cached_property
     def rng(self) -> np.random.Generator:
@@ -334,6 +366,7 @@ __all__ = [
     "Message",
     "ModelCall",
     "OpenLedger",
+    "NegotiationView",
     "OutgoingMessage",
     "PartnerState",
     "Plan",

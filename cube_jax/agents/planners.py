@@ -2,7 +2,7 @@
 
 Each agent of a planner team is its own :class:`~cube_jax.agents.Agent` (kind
 ``heuristic`` or ``team``), deciding at its decision points in the episode loop
-(:mod:`cube_jax.evaluation.episode`); the agents of one team share a *brain* that holds
+(:mod:`cube_jax.runtime`); the agents of one team share a *brain* that holds
 what they decide together (the heuristic's target, the team planner's assignment). Neither
 calls a model, so each may also drop a running plan when the team's picture changes
 (:meth:`~cube_jax.agents.Agent.wants_replan`).

@@ -5,7 +5,7 @@ recording and replay of model exchanges.
 The ``openai`` SDK (the ``llm`` extra) is imported by this package only, and only when a
 :class:`ModelClient` is built; the reply formats and checks need pydantic alone.
 """
-from cube_jax.llm.ask import CallRecord, Outcome, ask
+from cube_jax.llm.ask import AskOutcome, CallRecord, ask
 from cube_jax.llm.client import ChatModel, ClientPool, Completion, ModelClient, ModelError, ModelSettings
 from cube_jax.llm.recording import Exchange, RecordingClient, ReplayClient, ReplayMismatch, load_exchanges, request_digest
 from cube_jax.llm.replies import (
@@ -17,10 +17,10 @@ from cube_jax.llm.replies import (
     MessageFormat,
     MessageReply,
     MessageReplyFormat,
-    OutgoingMessage,
     PlanReply,
     PlanReplyFormat,
     ReplyContext,
+    ReplyMessage,
     error_feedback,
     extract_json,
     parse_reply,
@@ -30,6 +30,7 @@ from cube_jax.llm.replies import (
 )
 
 __all__ = [
+    "AskOutcome",
     "CallRecord",
     "ChatModel",
     "ClientPool",
@@ -45,8 +46,6 @@ __all__ = [
     "ModelClient",
     "ModelError",
     "ModelSettings",
-    "Outcome",
-    "OutgoingMessage",
     "PURPOSES",
     "PlanReply",
     "PlanReplyFormat",
@@ -54,6 +53,7 @@ __all__ = [
     "ReplayClient",
     "ReplayMismatch",
     "ReplyContext",
+    "ReplyMessage",
     "ask",
     "error_feedback",
     "extract_json",

@@ -4,7 +4,7 @@
 :func:`cube_jax.llm.replies.parse_reply`, and on a :class:`~cube_jax.symbolic.PlanError`
 appends the model's reply and a corrective user message
 (:func:`~cube_jax.llm.replies.error_feedback`) and asks again, at most ``max_repairs``
-times. Then it gives up: the :class:`Outcome` has ``fallback=True`` and the caller falls
+times. Then it gives up: the :class:`AskOutcome` has ``fallback=True`` and the caller falls
 back to ``idle(1)``. A server that still fails after its retries (:class:`ModelError`)
 ends the loop at once the same way. Nothing about a reply or a server makes :func:`ask`
 raise; an exception out of it is a bug (or, with a replay client, a reproduction that
@@ -41,7 +41,7 @@ CallRecord = ModelCall
 
 
 @dataclasses.dataclass(frozen=True)
-class Outcome:
+class AskOutcome:
     """What :func:`ask` got.
 
     ``reply``: the checked reply, None on fallback. ``fallback``: True when it gave up (use
@@ -68,7 +68,7 @@ async def ask(
     *,
     max_repairs: int = 2,
     ledger: Optional[CallLedger] = None,
-) -> Outcome:
+) -> AskOutcome:
     """Asks ``client`` for a ``purpose`` reply (``plan``, ``interrupt``, ``message``) to
     ``messages`` and checks it against ``context``; see the module docstring."""
     if max_repairs < 0:
@@ -88,7 +88,7 @@ async def ask(
         if refused is not None:
             problem = f"no model call made: {refused}"
             log.info("%s call not made; falling back: %s", purpose, refused)
-            return Outcome(None, True, problem, tuple(calls), tuple(conversation))
+            return AskOutcome(None, True, problem, tuple(calls), tuple(conversation))
         started = time.perf_counter()
         try:
             completion = await client.complete(conversation, schema=schema, schema_name=f"{purpose}_reply")
@@ -96,7 +96,7 @@ async def ask(
             problem = f"{err.kind}: {err.message}"
             made(CallRecord(client.model, err.attempts, err.latency_s, 0, 0, False, True, problem, server_failed=True))
             log.warning("%s call failed; falling back: %s", purpose, problem)
-            return Outcome(None, True, problem, tuple(calls), tuple(conversation), model_failed=True)
+            return AskOutcome(None, True, problem, tuple(calls), tuple(conversation), model_failed=True)
         except asyncio.CancelledError:
             # the decision was cut short (a limit, Ctrl-C): the call was made all the same
             made(CallRecord(client.model, 1, round(time.perf_counter() - started, 6), 0, 0, False, False,
@@ -114,9 +114,9 @@ async def ask(
             continue
         made(_record(client.model, completion, valid=True, fallback=False, error=None))
         conversation.append({"role": "assistant", "content": completion.text})
-        return Outcome(reply, False, None, tuple(calls), tuple(conversation))
+        return AskOutcome(reply, False, None, tuple(calls), tuple(conversation))
     log.warning("%s reply still invalid after %d repair(s); falling back: %s", purpose, max_repairs, problem)
-    return Outcome(None, True, problem, tuple(calls), tuple(conversation))
+    return AskOutcome(None, True, problem, tuple(calls), tuple(conversation))
 
 
 def _record(model: str, completion: Completion, *, valid: bool, fallback: bool, error: Optional[str]) -> CallRecord:

@@ -43,7 +43,7 @@ the text of a corrective re-prompt.
 ...     '"messages": [{"to": ["agent_1"], "content": "left face of block 2"}]}\\n```',
 ...     "plan", context)
 >>> [str(a) for a in reply.plan], reply.messages
-(['move_to_block(2, left)', 'push_block(2, 5)'], (OutgoingMessage(recipients=(1,), content='left face of block 2'),))
+(['move_to_block(2, left)', 'push_block(2, 5)'], (ReplyMessage(recipients=(1,), content='left face of block 2'),))
 >>> parse_reply('{"spec": "s", "plan": [{"action": "push_block", "args": [1, 5]}]}', "plan", context)
 Traceback (most recent call last):
 ...
@@ -238,7 +238,7 @@ def _inline_refs(node, defs: Dict[str, Any]):
 # --- checked replies (what parse_reply returns) ----------------------------------------------
 
 
-class OutgoingMessage(NamedTuple):
+class ReplyMessage(NamedTuple):
     """A checked message: ``recipients`` agent ids (sorted, without duplicates), ``content``."""
 
     recipients: Tuple[int, ...]
@@ -251,7 +251,7 @@ class PlanReply:
 
     spec: str
     plan: Tuple[SymbolicAction, ...]
-    messages: Tuple[OutgoingMessage, ...] = ()
+    messages: Tuple[ReplyMessage, ...] = ()
     reasoning: Optional[str] = None
 
 
@@ -262,7 +262,7 @@ class InterruptReply:
     decision: str
     spec: Optional[str] = None
     plan: Optional[Tuple[SymbolicAction, ...]] = None
-    messages: Tuple[OutgoingMessage, ...] = ()
+    messages: Tuple[ReplyMessage, ...] = ()
     reasoning: Optional[str] = None
 
 
@@ -270,7 +270,7 @@ class InterruptReply:
 class MessageReply:
     """A checked ``message`` reply (at least one message)."""
 
-    messages: Tuple[OutgoingMessage, ...]
+    messages: Tuple[ReplyMessage, ...]
     reasoning: Optional[str] = None
 
 
@@ -553,7 +553,7 @@ def _recipients_of(token: Any, where: str, context: ReplyContext) -> FrozenSet[i
     return frozenset((token,))
 
 
-def _check_messages(messages: Sequence[MessageFormat], context: ReplyContext) -> Tuple[OutgoingMessage, ...]:
+def _check_messages(messages: Sequence[MessageFormat], context: ReplyContext) -> Tuple[ReplyMessage, ...]:
     if not messages:
         return ()
     if not context.may_message:
@@ -572,7 +572,7 @@ def _check_messages(messages: Sequence[MessageFormat], context: ReplyContext) ->
             raise _fail(f"messages.{k}.content is empty")
         if len(content) > context.max_message_chars:
             raise _fail(f"messages.{k}.content has {len(content)} characters; at most {context.max_message_chars}")
-        checked.append(OutgoingMessage(tuple(sorted(recipients)), content))
+        checked.append(ReplyMessage(tuple(sorted(recipients)), content))
     return tuple(checked)
 
 

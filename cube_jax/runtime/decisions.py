@@ -17,6 +17,7 @@ import numpy as np
 from cube_jax.agents.base import (
     Decision,
     DecisionContext,
+    NegotiationView,
     OutgoingMessage,
     PartnerState,
     Plan,
@@ -67,7 +68,7 @@ class EpisodeState:
 
 
 def build_context(es: EpisodeState, slot: AgentSlot, purpose: Purpose, view: TopologyView,
-                  consume: bool = True) -> DecisionContext:
+                  consume: bool = True, negotiation: Optional[NegotiationView] = None) -> DecisionContext:
     """The agent's decision context; ``consume`` marks its inbox and feedback as read (a
     real decision), which the per-step peeks (``wants_replan``, primitives) do not."""
     ex = es.executor.agents[slot.index]
@@ -86,15 +87,16 @@ def build_context(es: EpisodeState, slot: AgentSlot, purpose: Purpose, view: Top
         feedback=feedback, topology=view, history=tuple(slot.history),
         validate=lambda decision, _i=slot.index, _p=purpose, _v=view: check_decision(es, _i, _p, _v, decision),
         seed=es.seed, step_cost=es.env.cfg.step_cost, calls=es.gate.ledger(slot.index, purpose.value),
-        partners=partners, sent=tuple(slot.sent),
+        partners=partners, sent=tuple(slot.sent), negotiation=negotiation,
     )
 
 
-async def ask_agent(es: EpisodeState, agent: int, purpose: Purpose, view: TopologyView) -> Decision:
+async def ask_agent(es: EpisodeState, agent: int, purpose: Purpose, view: TopologyView,
+                    negotiation: Optional[NegotiationView] = None) -> Decision:
     """Asks one agent; the decision comes back checked (an invalid one is replaced by its
     fallback, and the agent is told why in its next context)."""
     slot = es.slots[agent]
-    decision = await slot.agent.decide(build_context(es, slot, purpose, view))
+    decision = await slot.agent.decide(build_context(es, slot, purpose, view, negotiation=negotiation))
     if not isinstance(decision, Decision):
         error: Optional[PlanError] = PlanError(PLAN_CHECK, f"the agent returned {type(decision).__name__}, not a Decision")
     else:
@@ -105,6 +107,9 @@ async def ask_agent(es: EpisodeState, agent: int, purpose: Purpose, view: Topolo
     if purpose == Purpose.MESSAGE:
         slot.feedback.append(f"Your last message turn was refused ({error}); nothing was sent.")
         return Decision(fallback=True, note=str(error))
+    if purpose in (Purpose.PROPOSAL, Purpose.COMMITMENT):
+        slot.feedback.append(f"Your last {purpose.value} was refused ({error}); it counts as none.")
+        return Decision(block=None, fallback=True, note=str(error))
     slot.feedback.append(f"Your last decision was refused ({error}); you idle for one step.")
     return Decision(plan=fallback_plan(agent), fallback=True, note=str(error))
 
@@ -112,6 +117,8 @@ async def ask_agent(es: EpisodeState, agent: int, purpose: Purpose, view: Topolo
 def check_decision(es: EpisodeState, agent: int, purpose: Purpose, view: TopologyView,
                    decision: Decision) -> Optional[PlanError]:
     """The first problem with ``decision`` against the current state and ``view``, or None."""
+    if purpose in (Purpose.PROPOSAL, Purpose.COMMITMENT):
+        return check_choice(es, purpose, decision)
     if purpose == Purpose.MESSAGE:
         if decision.plan is not None or decision.resume:
             return PlanError(PLAN_CHECK, "a message turn carries messages only, no plan", argument="plan")
@@ -128,7 +135,26 @@ def check_decision(es: EpisodeState, agent: int, purpose: Purpose, view: Topolog
             check_plan(list(decision.plan.actions), len(es.slots), alive)
         except PlanError as err:
             return err
+        if view.required_spec is not None and decision.plan.spec != view.required_spec:
+            return PlanError(PLAN_CHECK, f"the plan's spec must be {view.required_spec!r} (your allocated task), got "
+                             f"{decision.plan.spec[:80]!r}", argument="spec")
     return check_messages(es, view, decision)
+
+
+def check_choice(es: EpisodeState, purpose: Purpose, decision: Decision) -> Optional[PlanError]:
+    """A negotiation proposal or commitment: a live block id or none, and nothing else."""
+    if decision.plan is not None or decision.resume or decision.messages:
+        return PlanError(PLAN_CHECK, f"a {purpose.value} names one block (or none) and carries no plan or message",
+                         argument="block")
+    block = decision.block
+    if block is None:
+        return None
+    alive = np.asarray(es.state.block_alive)
+    if isinstance(block, bool) or not isinstance(block, (int, np.integer)) or not 0 <= block < alive.size:
+        return PlanError(PLAN_CHECK, f"unknown block {block!r}; blocks are 0..{alive.size - 1}", argument="block")
+    if not alive[block]:
+        return PlanError(PLAN_CHECK, f"block {block} is already delivered", argument="block")
+    return None
 
 
 def check_messages(es: EpisodeState, view: TopologyView, decision: Decision) -> Optional[PlanError]:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 from typing import Awaitable, Callable, Collection, Dict, Mapping, Optional, Sequence, Tuple
 
-from cube_jax.agents.base import Decision, Message, Plan, Purpose, Stage, TopologyView
+from cube_jax.agents.base import Decision, Message, NegotiationView, Plan, Purpose, Stage, TopologyView
 from cube_jax.runtime.decisions import EpisodeState, ask_agent, commit_decision
 
 Route = Callable[[int, Purpose, Decision], None]
@@ -46,15 +46,34 @@ class Phase:
     def name(self, agent: int) -> str:
         return self._es.slots[agent].name
 
-    async def decide(self, agent: int, purpose: Purpose, view: TopologyView) -> Decision:
+    async def decide(self, agent: int, purpose: Purpose, view: TopologyView,
+                     negotiation: Optional[NegotiationView] = None) -> Decision:
         """Asks ``agent``; the decision comes back checked (see :func:`ask_agent`)."""
-        return await ask_agent(self._es, agent, purpose, view)
+        return await ask_agent(self._es, agent, purpose, view, negotiation=negotiation)
 
     def commit(self, agent: int, purpose: Purpose, decision: Decision, note: Optional[str] = None) -> None:
         """Applies the decision's plan part now (the agent enters W at this moment)."""
         commit_decision(self._es, agent, purpose, decision, note=note)
         if purpose != Purpose.MESSAGE:
             self.committed.add(agent)
+
+    def assign(self, agent: int, plan: Plan, note: Optional[str] = None) -> None:
+        """Gives ``agent`` a plan the topology chose for it (not one it decided), now."""
+        commit_decision(self._es, agent, self.purposes[agent], Decision(plan=plan), note=note)
+        self.committed.add(agent)
+
+    def world(self):
+        """The symbolic view of the world now (:class:`~cube_jax.agents.views.WorldView`)."""
+        return self._es.view
+
+    def executing(self, spec: str) -> int:
+        """Agents outside this phase holding a plan with ``spec`` (in W or X)."""
+        return sum(1 for s in self._es.slots if s.index not in self.members and s.plan is not None
+                   and s.plan.spec == spec and s.stage in (Stage.WAITING, Stage.EXECUTING))
+
+    def record(self, record_type: str, **fields) -> None:
+        """Writes a record of the topology's own (a negotiation room's)."""
+        self._es.recorder.write(record_type, **fields)
 
     def send(self, sender: int, recipients: Sequence[int], content: str, *, now: Collection[int] = (),
              kind: Optional[str] = None) -> Message:

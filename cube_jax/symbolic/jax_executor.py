@@ -268,7 +268,7 @@ class ActionArgs:
 
 
 @dataclasses.dataclass(frozen=True)
-class SyncRules:
+class BatchedSyncRules:
     """How phase 2 decides a synchronising action, for every agent at once."""
 
     group: Callable[[ActionArgs], jax.Array]  # int32[N]: agents with the same action and group wait together
@@ -278,7 +278,7 @@ class SyncRules:
 
 
 @dataclasses.dataclass(frozen=True)
-class ActionRules:
+class BatchedActionRules:
     """One action's semantics on arrays.
 
     ``step(args)`` gives (int32[N] Outcome, int32[N] primitive) of the started,
@@ -292,7 +292,7 @@ class ActionRules:
     step: Optional[Callable[[ActionArgs], Tuple[jax.Array, jax.Array]]] = None
     precondition: Optional[Callable[[ActionArgs], jax.Array]] = None
     targets: Optional[Callable[[_World, jax.Array, jax.Array], jax.Array]] = None
-    sync: Optional[SyncRules] = None
+    sync: Optional[BatchedSyncRules] = None
 
 
 def _repeat(primitive: Callable[[ActionArgs], jax.Array]):
@@ -334,22 +334,22 @@ def _packing(a: ActionArgs) -> jax.Array:
 
 
 RULES = {
-    "idle": ActionRules(step=_repeat(lambda a: jnp.full_like(a.emitted, STAY))),
-    "move": ActionRules(step=_repeat(lambda a: a["direction"])),
-    "move_to_block": ActionRules(step=_move_to_block, targets=_move_to_block_targets),
-    "rendezvous": ActionRules(
+    "idle": BatchedActionRules(step=_repeat(lambda a: jnp.full_like(a.emitted, STAY))),
+    "move": BatchedActionRules(step=_repeat(lambda a: a["direction"])),
+    "move_to_block": BatchedActionRules(step=_move_to_block, targets=_move_to_block_targets),
+    "rendezvous": BatchedActionRules(
         precondition=lambda a: ~a.aligned,
-        sync=SyncRules(
+        sync=BatchedSyncRules(
             group=lambda a: a.block * NUM_FACES + a.face,
             member=lambda a: a.aligned,
             lost=lambda a: ~a.alive | ~a.aligned,
             waiting=_packing,
         ),
     ),
-    "push_block": ActionRules(step=_push_block, precondition=lambda a: ~a.faces_aligned.any(0)),
-    "yield_block": ActionRules(step=_repeat(_away)),
-    "wait_agents": ActionRules(
-        sync=SyncRules(
+    "push_block": BatchedActionRules(step=_push_block, precondition=lambda a: ~a.faces_aligned.any(0)),
+    "yield_block": BatchedActionRules(step=_repeat(_away)),
+    "wait_agents": BatchedActionRules(
+        sync=BatchedSyncRules(
             group=lambda a: jnp.zeros_like(a.emitted),
             member=lambda a: jnp.ones_like(a.emitted, bool),
             lost=lambda a: jnp.zeros_like(a.emitted, bool),
@@ -359,7 +359,7 @@ RULES = {
 }
 
 
-def rules_by_code() -> List[ActionRules]:
+def rules_by_code() -> List[BatchedActionRules]:
     """The rules of every action, in code order; a clear error for an action that has none."""
     missing = [spec.name for spec in SPECS_BY_CODE if spec.name not in RULES]
     if missing:
@@ -424,7 +424,7 @@ def _succeed(run: _Run, where: jax.Array) -> _Run:
     )
 
 
-def _violated(rules: ActionRules, a: ActionArgs) -> jax.Array:
+def _violated(rules: BatchedActionRules, a: ActionArgs) -> jax.Array:
     """bool[N]: a precondition of ``a``'s action fails (block alive, then its own)."""
     violated = jnp.zeros(a.emitted.shape, bool)
     if a.spec.block_arg is not None:
@@ -578,7 +578,7 @@ def path_step(world: _World, agent: jax.Array, targets: jax.Array, parked: jax.A
 
 
 def _resolve_paths(world: _World, ex: ExecutorState, run: _Run, parked: jax.Array) -> _Run:
-    """Steps (or failures) of the agents whose action needs a path step (``ActionRules.targets``)."""
+    """Steps (or failures) of the agents whose action needs a path step (``BatchedActionRules.targets``)."""
     walking = run.outcome == _NEEDS_PATH
     code, args, _ = _current(ex, run)
     agents = jnp.arange(world.agent_pos.shape[0])
@@ -646,7 +646,7 @@ def executor_step(ex: ExecutorState, state: State):
 
 __all__ = [
     "ActionArgs",
-    "ActionRules",
+    "BatchedActionRules",
     "DONE",
     "ERROR_NAMES",
     "ExecutorState",
@@ -656,7 +656,7 @@ __all__ = [
     "RULES",
     "STARTED",
     "STATUS_NAMES",
-    "SyncRules",
+    "BatchedSyncRules",
     "compile_plans",
     "decode_action",
     "encode_action",

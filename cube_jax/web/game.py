@@ -391,7 +391,7 @@ class Hub(TurnListener):
             self._reply(client, message, "pong", t=time.time())
         elif isinstance(message, protocol.Hello):
             self.send(client, {**self.welcome(client), "id": message.id})
-        elif isinstance(message, (protocol.Pause, protocol.Run, protocol.Step, protocol.SetSpeed)):
+        elif isinstance(message, (protocol.Pause, protocol.RunOn, protocol.Step, protocol.SetSpeed)):
             self._control(message)
             self.broadcast({"type": "controls", "controls": self.controls()})
         elif isinstance(message, protocol.NewEpisode):
@@ -409,18 +409,18 @@ class Hub(TurnListener):
     def _control(self, message) -> None:
         if isinstance(message, protocol.SetSpeed):
             self._speed = None if message.speed == "max" else float(message.speed)
-        elif isinstance(message, protocol.Run) and message.speed is not None:
+        elif isinstance(message, protocol.RunOn) and message.speed is not None:
             self._speed = None if message.speed == "max" else float(message.speed)
         if isinstance(message, protocol.Pause) or isinstance(message, protocol.Step):
             self._paused = True
-        elif isinstance(message, protocol.Run):
+        elif isinstance(message, protocol.RunOn):
             self._paused = False
         game = self.game
         if game is None:
             return
         if isinstance(message, protocol.Pause):
             game.pacer.pause()
-        elif isinstance(message, protocol.Run):
+        elif isinstance(message, protocol.RunOn):
             game.pacer.run(message.speed)
         elif isinstance(message, protocol.Step):
             game.pacer.step()

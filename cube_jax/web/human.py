@@ -20,7 +20,7 @@ mistake never costs the team a fallback step.
 
 When the person leaves (the tab closes), :meth:`HumanAgent.leave` ends the episode as
 truncated with the reason: a turn in progress raises
-:class:`~cube_jax.evaluation.episode.EpisodeEnded`, and so does the next one.
+:class:`~cube_jax.runtime.EpisodeEnded`, and so does the next one.
 
 >>> import asyncio, cube_jax
 >>> from cube_jax.agents import heuristic_team

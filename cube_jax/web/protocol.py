@@ -76,7 +76,7 @@ class Pause(_Message):
     type: Literal["pause"]
 
 
-class Run(_Message):
+class RunOn(_Message):
     """Runs on (at ``speed`` steps per second when given)."""
 
     type: Literal["run"]
@@ -154,7 +154,7 @@ class Ping(_Message):
     type: Literal["ping"]
 
 
-ClientMessage = Annotated[Union[Hello, Pause, Run, Step, SetSpeed, NewEpisode, Join, Release, Key, PlanInput, Resume,
+ClientMessage = Annotated[Union[Hello, Pause, RunOn, Step, SetSpeed, NewEpisode, Join, Release, Key, PlanInput, Resume,
                                 Say, Ping], pydantic.Field(discriminator="type")]
 MESSAGE_TYPES = ("hello", "pause", "run", "step", "speed", "new_episode", "join", "release", "key", "plan", "resume",
                  "say", "ping")
@@ -244,5 +244,5 @@ def _parse(text: Union[str, bytes]) -> Tuple[Optional[pydantic.BaseModel], Optio
 
 
 __all__ = ["AGENT_INPUTS", "ClientMessage", "Hello", "Join", "KEYS", "Key", "MAX_FRAME_BYTES", "MESSAGE_TYPES",
-           "MAX_NESTING", "NewEpisode", "OutgoingText", "Pause", "Ping", "PlanInput", "Release", "Resume", "Run", "Say", "SetSpeed",
+           "MAX_NESTING", "NewEpisode", "OutgoingText", "Pause", "Ping", "PlanInput", "Release", "Resume", "RunOn", "Say", "SetSpeed",
            "Step", "nesting_depth", "parse_client_message"]

@@ -44,8 +44,8 @@ class Topology:
         """How many messages an agent may receive per step (None: no limit)."""
         return None
 
-    def view(self, agent: int, purpose: Purpose, *, recipients=(), budget: int = 0,
-             instructions: str = "") -> TopologyView:
+    def view(self, agent: int, purpose: Purpose, *, recipients=(), budget: int = 0, instructions: str = "",
+             required_spec: Optional[str] = None) -> TopologyView:
         return TopologyView(
             name=self.name,
             role=self.role(agent),
@@ -53,6 +53,7 @@ class Topology:
             allowed_recipients=frozenset(recipients),
             message_budget=int(budget) if recipients else 0,
             instructions=instructions,
+            required_spec=required_spec,
         )
 
     def others(self, agent: int) -> List[int]:
