@@ -18,7 +18,8 @@ DOCS = sorted((ROOT / "docs").rglob("*.md"))
 BLOCKS = [(doc, script, json_path, body) for doc in DOCS
           for script, json_path, body in generated_blocks(doc.read_text(encoding="utf-8"))]
 # docs whose measured tables are generated (a block lost by an edit fails here, not silently)
-EXPECTED = {"docs/symbolic.md": "benchmarks/planners.py", "docs/llm.md": "benchmarks/runtime_clocks.py"}
+EXPECTED = {"docs/symbolic.md": "benchmarks/planners.py", "docs/llm.md": "benchmarks/runtime_clocks.py",
+            "docs/drwell.md": "benchmarks/drwell.py"}
 
 
 def test_the_expected_docs_have_generated_blocks():

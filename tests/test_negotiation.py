@@ -169,16 +169,16 @@ def test_traces_are_the_same_at_every_concurrency(hard):
 
 
 class Rates:
-    """A world model that knows block 1 (weight 2) succeeds and block 2 does not."""
+    """A world model that knows block 0 (weight 3) succeeds and block 2 does not."""
 
     def best_team_size(self, block):
-        return {1: 2, 2: 1}.get(block)
+        return {0: 3, 2: 1}.get(block)
 
     def success_rate(self, block):
-        return {1: 1.0, 2: 0.0}.get(block)
+        return {0: 1.0, 1: 1.0, 2: 0.0}.get(block)
 
     def guidebook(self, live_blocks, t, room_size):
-        return f"t={t}, room of {room_size}: block 1 succeeds; block 2 fails"
+        return f"t={t}, room of {room_size}: block 0 succeeds; block 2 fails"
 
     def plan_library(self, block):
         return f"block {block}: move_to_block -> rendezvous -> push_block"
@@ -197,9 +197,10 @@ def test_negotiators_follow_the_guidebook_and_planners_see_the_plan_library(hard
     topology = make_topology("negotiation", 3, world_model=Rates())
     _, records = play(hard, agents, topology=topology, limits=Limits(max_steps=2))
     first = of(records, "negotiation")[0]
-    # without a world model the heuristic's choice would be block 2 (closest to the goal)
-    assert set(first["proposals"].values()) == {1} and first["team_sizes"] == {"1": 2}
-    assert seen[0].guidebook == "t=0, room of 3: block 1 succeeds; block 2 fails"
-    assert seen[-1].allocation == 1 and seen[-1].plan_library.startswith("block 1:")
+    # without a world model the heuristic's choice would be block 2 (closest to the goal);
+    # block 1 succeeds as often as block 0 but lies behind block 2, out of reach for now
+    assert set(first["proposals"].values()) == {0} and first["team_sizes"] == {"0": 3}
+    assert seen[0].guidebook == "t=0, room of 3: block 0 succeeds; block 2 fails"
+    assert seen[-1].allocation == 0 and seen[-1].plan_library.startswith("block 0:")
     with pytest.raises(ValueError, match="only by the negotiation topology"):
         make_topology("debate", 3, world_model=Rates())

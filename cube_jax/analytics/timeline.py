@@ -16,6 +16,9 @@ that the cognitive time that takes no environment step stays visible.
   so a lane filled dark to the top is a satisfied face; the orange line is the agents
   pushing (temporal). The column before a step shows that step's counts.
 - Dashed verticals mark deliveries, labelled with the block.
+- Under ``negotiation``, each room is a shaded box over its members' lanes, from its first
+  proposal to its ``negotiation`` record, labelled with the allocation (``b2x3``: three
+  agents on block 2) and the blocks that failed quorum.
 
 >>> import tempfile, pathlib
 >>> from cube_jax.analytics.synthetic import random_trace
@@ -50,6 +53,7 @@ ACTION_NAMES = ("stay", "up", "down", "left", "right")
 FACE_ORDER = {"up": 0, "down": 1, "left": 2, "right": 3}
 SPATIAL_COLOR, JOINT_COLOR, TEMPORAL_COLOR = "#A6CEE3", "#1F6E43", "#FF7F00"
 MESSAGE_COLOR = "#6A3D9A"
+ROOM_COLOR = "#8E44AD"
 
 
 @dataclasses.dataclass
@@ -115,7 +119,7 @@ def render_timeline(records: Sequence[dict], path, *, title: Optional[str] = Non
     import matplotlib.pyplot as plt
     from matplotlib.collections import LineCollection, PolyCollection
     from matplotlib.lines import Line2D
-    from matplotlib.patches import Patch
+    from matplotlib.patches import Patch, Rectangle
 
     header, end = records[0], records[-1]
     agents = agent_names(header)
@@ -179,6 +183,12 @@ def render_timeline(records: Sequence[dict], path, *, title: Optional[str] = Non
             if heads:
                 ax_agents.scatter(*zip(*heads), marker=marker, s=head_size, c=MESSAGE_COLOR, linewidths=0, zorder=5)
         ax_agents.scatter(*zip(*senders), marker="o", s=head_size / 2, c=MESSAGE_COLOR, linewidths=0, zorder=5)
+    rooms = _rooms(records, axis, lane_of)
+    for x0, x1, low_lane, high_lane, label in rooms:
+        ax_agents.add_patch(Rectangle((x0, low_lane - 0.48), max(x1 - x0, 0.15), high_lane - low_lane + 0.96,
+                                      facecolor=ROOM_COLOR, alpha=0.18, edgecolor=ROOM_COLOR, linewidth=0.8, zorder=3))
+        ax_agents.text(x0, low_lane - 0.5, label, fontsize=small - 1, color=ROOM_COLOR, ha="left", va="bottom",
+                       zorder=7)
     _lanes(ax_agents, agents, small, top=-1.1)
     ax_agents.set_ylabel("agents", fontsize=9)
 
@@ -246,6 +256,8 @@ def render_timeline(records: Sequence[dict], path, *, title: Optional[str] = Non
     handles += [Line2D([], [], linestyle="", marker=m, markerfacecolor=f, markeredgecolor="black" if m != "|" else f,
                        color=f, markersize=7, label=label) for m, f, label in PLAN_MARKERS.values()]
     handles.append(Line2D([], [], color=MESSAGE_COLOR, marker=">", markersize=5, label="message"))
+    if rooms:
+        handles.append(Patch(facecolor=ROOM_COLOR, alpha=0.3, edgecolor=ROOM_COLOR, label="negotiation room"))
     handles += [Patch(color=c, label=f"action {a}") for c, a in zip(ACTION_COLORS, ACTION_NAMES)]
     handles += [Patch(color=SPATIAL_COLOR, label="aligned / w"), Patch(color=JOINT_COLOR, label="joint / w"),
                 Line2D([], [], color=TEMPORAL_COLOR, label="pushing / w"),
@@ -259,6 +271,25 @@ def render_timeline(records: Sequence[dict], path, *, title: Optional[str] = Non
     fig.savefig(path, dpi=dpi)
     plt.close(fig)
     return path
+
+
+def _rooms(records: Sequence[dict], axis: TimelineAxis, lane_of: Dict[str, int]) -> List[tuple]:
+    """Negotiation rooms: (x from, x to, first lane, last lane, label) each, from the room's
+    first proposal to its ``negotiation`` record; the label says what was allocated."""
+    rooms, opened = [], None
+    for index, record in enumerate(records):
+        if record["type"] == "message" and record.get("kind") == "proposal" and opened is None:
+            opened = index
+        elif record["type"] == "negotiation":
+            lanes = [lane_of[name] for name in record["room"]]
+            start = axis.position[opened if opened is not None else index]
+            allocated = Counter(b for b in record["allocation"].values() if b is not None)
+            label = "room: " + (", ".join(f"b{b}x{k}" for b, k in sorted(allocated.items())) or "no allocation")
+            if record["quorum_failed"]:
+                label += " (no quorum: " + ", ".join(f"b{b}" for b in record["quorum_failed"]) + ")"
+            rooms.append((start, axis.position[index], min(lanes), max(lanes), label))
+            opened = None
+    return rooms
 
 
 def _lanes(ax, labels: Sequence[str], fontsize: int, top: float = -0.5) -> None:

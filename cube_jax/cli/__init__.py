@@ -13,8 +13,9 @@ from cube_jax.cli import eval as eval_command
 from cube_jax.cli import llm as llm_command
 from cube_jax.cli import report as report_command
 from cube_jax.cli import serve as serve_command
+from cube_jax.cli import worldmodel as worldmodel_command
 
-COMMANDS = (eval_command, llm_command, report_command, serve_command)
+COMMANDS = (eval_command, llm_command, report_command, serve_command, worldmodel_command)
 
 
 def build_parser() -> argparse.ArgumentParser:
