@@ -2,6 +2,7 @@
 
     python benchmarks/analytics_speed.py                      # 1,000 traces of 500 steps, n = 4
     python benchmarks/analytics_speed.py --traces 100 --repeats 1
+    python benchmarks/analytics_speed.py --doc                # and rewrite docs/analytics.md's Speed block
 
 Writes random valid traces (:func:`cube_jax.analytics.synthetic.random_trace`, four
 agents in a decentralized team, six blocks) into ``--folder`` (reused when it already holds
@@ -13,7 +14,9 @@ them), then times, ``--repeats`` times each:
 - ``cli``: ``python -m cube_jax.cli report FOLDER --json ...`` as a user runs it, start-up included.
 
 Prints a table (best and median wall seconds, and CPU seconds, which other jobs on a
-shared machine disturb less) and writes ``benchmarks/results/analytics_speed.json``.
+shared machine disturb less) and writes ``benchmarks/results/analytics_speed.json``; with
+``--doc``, rewrites the generated block of the *Speed* section of ``docs/analytics.md`` from
+the JSON (:func:`render`).
 """
 from __future__ import annotations
 
@@ -33,6 +36,14 @@ from cube_jax.analytics.synthetic import random_trace
 from cube_jax.trace import dumps
 
 RESULTS = Path(__file__).parent / "results"
+ROOT = Path(__file__).resolve().parents[1]
+GOAL_S = 10.0  # what the report of 1,000 traces of 500 steps must stay under
+LABELS = {("metrics", False): "read the traces and compute every metric and the workload balance",
+          ("report", False): "the same and the intervals of every metric and the balance (the report)",
+          ("metrics", True): "read and compute",
+          ("report", True): "the report",
+          ("cli", True): "`cube-jax report DIR --json ...`, start-up included"}
+LABELS[("cli", False)] = LABELS[("cli", True)]
 WEIGHTS = [3, 2, 2, 1, 1, 1]  # the blocks of make(n=4)
 
 
@@ -63,6 +74,36 @@ def timed(function, repeats: int) -> tuple:
     return wall, cpu
 
 
+def render(data: dict) -> str:
+    """The *Speed* block of docs/analytics.md: the machine and its load, the table, what it shows."""
+    load, results = data["load_average"], data["results"]
+    single = min(row["jobs"] for row in results)
+    machine = f"{data['cpus']} CPUs" + (f", {data['platform']}" if data.get("platform") else "")
+    lines = [f"{data['traces']:,} traces of {data['steps']} steps, n = {data['n']} "
+             f"({data['megabytes']:,.0f} MB in all); measured on {machine}, Python {data['python']}; load average "
+             f"{load[0]:.1f} before timing and {load[1]:.1f} after. {len(results[0]['seconds'])} repeats, wall "
+             "seconds best (median); CPU seconds of the measuring process with one process (with several, the "
+             "work is in the workers).",
+             "", "| what | processes | wall s | CPU s |", "| --- | --- | --- | --- |"]
+    for row in results:
+        parallel = row["jobs"] > single
+        cpu = "" if parallel else f"{min(row['cpu_seconds']):.2f}"
+        best = f"{row['best_s']:.2f}"
+        if row["what"] == "cli" or (parallel and row["what"] == "report"):
+            best = f"**{best}**"
+        lines.append(f"| {LABELS[row['what'], parallel]} | {row['jobs']} | {best} ({row['median_s']:.2f}) | {cpu} |")
+    cli = next(row for row in results if row["what"] == "cli")
+    report = max((row for row in results if row["what"] == "report"), key=lambda row: row["jobs"])
+    verdict = "under" if cli["best_s"] < GOAL_S else "over"
+    processes = "process" if cli["jobs"] == 1 else "processes"
+    lines += ["", f"With the {cli['jobs']} {processes} the command uses by default here, the report takes "
+              f"{report['best_s']:.1f} s of wall time and the command as a user runs it {cli['best_s']:.1f} s, "
+              f"{verdict} the {GOAL_S:.0f} s goal; the difference, {cli['best_s'] - report['best_s']:.1f} s, is "
+              "what the command adds to the report: the interpreter's start-up (importing JAX, which the package "
+              "loads, and SciPy) and writing the JSON."]
+    return "\n".join(lines) + "\n"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--traces", type=int, default=1000)
@@ -71,6 +112,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--jobs", type=int, default=default_jobs(), help="processes for the parallel runs")
     parser.add_argument("--folder", type=Path, default=Path(tempfile.gettempdir()) / "cube_jax_analytics_bench")
+    parser.add_argument("--doc", action="store_true", help="rewrite the generated block of docs/analytics.md")
     args = parser.parse_args()
 
     start = time.perf_counter()
@@ -100,9 +142,16 @@ def main() -> None:
     RESULTS.mkdir(exist_ok=True)
     summary = {"traces": len(paths), "steps": args.steps, "n": args.n,
                "megabytes": sum(p.stat().st_size for p in paths) / 1e6, "cpus": os.cpu_count(),
+               "platform": platform.platform(),
                "python": platform.python_version(), "load_average": [load_before, load], "results": results}
     (RESULTS / "analytics_speed.json").write_text(json.dumps(summary, indent=1) + "\n")
     print(f"\nwrote {RESULTS / 'analytics_speed.json'}")
+    if args.doc:
+        sys.path.insert(0, str(Path(__file__).parent))
+        from bench_common import write_generated
+
+        write_generated(ROOT / "docs" / "analytics.md", "benchmarks/analytics_speed.py",
+                        "benchmarks/results/analytics_speed.json")
 
 
 if __name__ == "__main__":

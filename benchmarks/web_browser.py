@@ -2,6 +2,7 @@
 
     python benchmarks/web_browser.py                 # figures and screenshots (about a minute)
     python benchmarks/web_browser.py --no-shots      # figures only
+    python benchmarks/web_browser.py --doc           # and rewrite the table of docs/browser.md
 
 Figures
   page load      navigation start to the first drawing of the world (the page's own
@@ -11,17 +12,20 @@ Figures
                  as the episode goes: redraws per second (animation frames that drew a new
                  state), animation frames per second, episode steps per second and the
                  mean time to draw one frame (canvas and panels), while the episode runs (at most 2 s).
-  human move     round trip of a person's move on ``easy`` (a person beside a heuristic
-                 agent): key press to the first drawn frame that shows the step that moved
+  human move     round trip of a person's move on ``hard`` (a person beside two heuristic
+                 agents): key press to the first drawn frame that shows the step that moved
                  the agent (the page's own clock); 30 moves.
 
-Every figure comes from the page's counters (``window.cube.metrics()``). Prints a table and
-writes ``benchmarks/results/web_browser.json``; the screenshots go to ``docs/browser/``.
+Every figure comes from the page's counters (``window.cube.metrics()``). Prints the table
+(:func:`render`) and writes ``benchmarks/results/web_browser.json``; the screenshots go to
+``docs/browser/``; with ``--doc`` the generated block of ``docs/browser.md`` is rewritten from
+the JSON.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import statistics
 import sys
@@ -32,17 +36,17 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-import cube_jax  # noqa: E402
-from cube_jax.agents import heuristic_team  # noqa: E402
-from cube_jax.evaluation import run_episode  # noqa: E402
-from cube_jax.web.game import Settings  # noqa: E402
-from cube_jax.web.server import BackgroundServer, create_app  # noqa: E402
-from tests.web_helpers import until  # noqa: E402
-
 CHROMIUM = "/usr/bin/chromium"
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
         "--disable-sync", "--no-first-run"]
 VIEWPORT = {"width": 1280, "height": 900}
+
+
+def until(*args, **kwargs):
+    """``tests.web_helpers.until`` (imported when measuring, so that :func:`render` needs only the standard library)."""
+    from tests.web_helpers import until as wait
+
+    return wait(*args, **kwargs)
 
 
 def page_load(browser, url: str, repeats: int) -> dict:
@@ -147,13 +151,47 @@ def replay_shot(browser, server, shots: Path) -> None:
     context.close()
 
 
+def render(data: dict) -> str:
+    """The table of docs/browser.md's *Figures*, with the machine it was measured on."""
+    load, live, move = data["page_load"], data["live_view_n16"], data["human_move"]
+    machine = data["machine"] + (f", {data['cpus']} CPUs" if "cpus" in data else "")
+    if "load_average" in data:
+        machine += f", load average {data['load_average']:.1f} when it started"
+    return "\n".join([
+        f"Headless Chromium {data['chromium']}, Python {data['python']}, {machine}.",
+        "",
+        "| figure | value | how |",
+        "| --- | --- | --- |",
+        f"| page load | {load['first_draw_ms']:.0f} ms to the first drawing of the world (DOMContentLoaded "
+        f"{load['dom_content_loaded_ms']:.0f} ms, load event {load['load_event_ms']:.0f} ms) | `make(n=16)`; "
+        "navigation start to the page's first drawing of a world (after the WebSocket's `welcome`), median of "
+        f"{load['repeats']} fresh contexts |",
+        f"| live view, n = 16 | {live['redraws_per_s']:.1f} redraws per second at {live['steps_per_s']:.1f} episode "
+        f"steps per second (animation frames {live['animation_frames_per_s']:.1f}/s); {live['draw_ms_mean']:.2f} ms "
+        f"per drawing (canvas and 16 agent cards); {live['steps']} steps in {live['seconds']:.1f} s | 16 heuristic "
+        "agents on 20x20 as fast as the episode goes; redraws are animation frames that drew a new state, counted "
+        "while the episode runs |",
+        f"| human move round trip | median {move['median_ms']:.0f} ms, p95 {move['p95_ms']:.0f} ms, max "
+        f"{move['max_ms']:.0f} ms ({move['moves']} moves) | `hard`, a person beside two heuristic agents, full "
+        "speed: key press to the first drawn frame that shows the step the move was taken in (the page's clock), "
+        "through the WebSocket, the human agent's check, the episode step and the record's way back |",
+    ]) + "\n"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--no-shots", action="store_true", help="measure only; leave docs/browser/ alone")
+    parser.add_argument("--doc", action="store_true", help="rewrite the generated table of docs/browser.md")
     parser.add_argument("--seconds", type=float, default=2.0,
                         help="length of the live-view sample (an n = 16 episode lasts about 2.5 s at full speed)")
     args = parser.parse_args()
     from playwright.sync_api import sync_playwright
+
+    import cube_jax
+    from cube_jax.agents import heuristic_team
+    from cube_jax.evaluation import run_episode
+    from cube_jax.web.game import Settings
+    from cube_jax.web.server import BackgroundServer, create_app
 
     shots = None if args.no_shots else ROOT / "docs" / "browser"
     if shots is not None:
@@ -167,7 +205,8 @@ def main() -> None:
     watch = create_app(big, Settings(world={"n": 16}, team="heuristic", out=work / "n16", speed=None))
     team = create_app(hard, Settings(world={"scenario": "hard"}, team="human,heuristic,heuristic",
                                      topology="decentralized", out=work / "play", speed=None), replays=[recorded])
-    results = {"machine": platform.platform(), "python": platform.python_version()}
+    results = {"machine": platform.platform(), "python": platform.python_version(), "cpus": os.cpu_count(),
+               "load_average": os.getloadavg()[0]}
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=ARGS)
         results["chromium"] = browser.version
@@ -180,21 +219,16 @@ def main() -> None:
                 replay_shot(browser, server, shots)
         browser.close()
 
-    load, live, move = results["page_load"], results["live_view_n16"], results["human_move"]
-    print(f"Chromium {results['chromium']} (headless), {results['machine']}")
-    print("| figure | value |")
-    print("| --- | --- |")
-    print(f"| page load: first drawing of the world (n = 16) | {load['first_draw_ms']:.0f} ms "
-          f"(DOMContentLoaded {load['dom_content_loaded_ms']:.0f} ms, load {load['load_event_ms']:.0f} ms; "
-          f"median of {load['repeats']}) |")
-    print(f"| live view, n = 16, full speed: redraws per second | {live['redraws_per_s']:.1f} "
-          f"(animation frames {live['animation_frames_per_s']:.1f}/s, episode {live['steps_per_s']:.1f} steps/s, "
-          f"{live['draw_ms_mean']:.2f} ms per drawing; {live['steps']} steps in {live['seconds']:.1f} s) |")
-    print(f"| human move round trip (key press to redrawn step) | median {move['median_ms']:.0f} ms, "
-          f"p95 {move['p95_ms']:.0f} ms, max {move['max_ms']:.0f} ms ({move['moves']} moves) |")
+    print(render(results))
     out = ROOT / "benchmarks" / "results" / "web_browser.json"
     out.write_text(json.dumps(results, indent=2) + "\n")
     print(f"wrote {out}" + ("" if shots is None else f" and {shots}/live.png, play.png, replay.png"))
+    if args.doc:
+        sys.path.insert(0, str(ROOT / "benchmarks"))
+        from bench_common import write_generated
+
+        write_generated(ROOT / "docs" / "browser.md", "benchmarks/web_browser.py",
+                        "benchmarks/results/web_browser.json")
 
 
 if __name__ == "__main__":
