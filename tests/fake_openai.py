@@ -10,6 +10,10 @@ at once. What it answers is scripted:
 * when the queue is empty, ``responder(request_json)`` decides (it returns a string or a
   :class:`Reply`); with neither, the server answers 400 "no scripted reply left".
 
+A :class:`Reply` may also be a body that is not JSON at all (:meth:`Reply.not_json`), a
+completion with an empty choice list (:meth:`Reply.empty_choices`) or one cut at the token
+limit (:meth:`Reply.cut_off`, ``finish_reason`` ``"length"``).
+
 ``latency`` delays every answer (fixed-latency mode); ``reject_response_format=True``
 answers 400 to any request carrying ``response_format``, like a server without
 structured output. Every request received is kept in :attr:`FakeOpenAI.requests` (method,
@@ -58,6 +62,8 @@ class Reply:
     drop: bool = False
     usage: Optional[tuple] = (12, 5)
     finish_reason: str = "stop"
+    raw_body: Optional[str] = None  # a 200 answer whose body is this text, as it is (not JSON, say)
+    no_choices: bool = False  # a completion object with an empty choice list
 
     @classmethod
     def ok(cls, content: str, **kwargs) -> "Reply":
@@ -77,6 +83,18 @@ class Reply:
     @classmethod
     def dropped(cls) -> "Reply":
         return cls(drop=True)
+
+    @classmethod
+    def not_json(cls, text: str = "<html>502 Bad Gateway</html>") -> "Reply":
+        return cls(raw_body=text)
+
+    @classmethod
+    def empty_choices(cls) -> "Reply":
+        return cls(content="", no_choices=True)
+
+    @classmethod
+    def cut_off(cls, content: str) -> "Reply":
+        return cls(content=content, finish_reason="length")
 
 
 Scripted = Union[str, Reply]
@@ -216,6 +234,8 @@ class FakeOpenAI:
                 }
             ],
         }
+        if reply.no_choices:
+            body["choices"] = []
         if reply.usage is not None:
             prompt, completion = reply.usage
             body["usage"] = {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
@@ -295,6 +315,13 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             return
         if reply.status != 200:
             self._send_json(reply.status, error_body(reply.status, reply.error), reply.headers)
+        elif reply.raw_body is not None:
+            data = reply.raw_body.encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
         else:
             self._send_json(200, fake.completion_body(reply, body), reply.headers)
 

@@ -20,10 +20,16 @@ BLOCK = re.compile(r"^- block (\d+): weight (\d+), (?:top-left \((\d+), (\d+)\),
 ME = re.compile(r"^- (agent_\d+) \(you\)", re.M)
 MAY_SEND = re.compile(r"You may send up to (\d+) message\(s\) to: (.*)\.$", re.M)
 GRID = re.compile(r"The grid has (\d+)x\d+ cells")
+ALLOCATED = re.compile(r"^YOUR ALLOCATED BLOCK: (\d+)$", re.M)
+
+
+def _alive(user: str):
+    """(block, weight, distance) of every live block in the prompt."""
+    return [(int(b), int(w), int(d)) for b, w, _, _, d in BLOCK.findall(user) if d != ""]
 
 
 def _target(user: str):
-    alive = [(int(d), int(b), int(w)) for b, w, _, _, d in BLOCK.findall(user) if d != ""]
+    alive = [(d, b, w) for b, w, d in _alive(user)]
     if not alive:
         return None
     distance, block, weight = min(alive)
@@ -40,6 +46,13 @@ def sound_reply(request: dict) -> str:
     recipients = [r.strip() for r in send.group(2).split(",")] if send else []
     me = ME.search(user).group(1)
     target = _target(user)
+    if "(proposal reply)" in user or "(commitment reply)" in user:
+        # negotiation: everyone names the block closest to the goal
+        return json.dumps({"block": None if target is None else target[0], "rationale": "closest to the goal"})
+    allocated = ALLOCATED.search(user)
+    if allocated and target is not None:
+        chosen = int(allocated.group(1))
+        target = next(((b, w, d) for d, b, w in [(t[2], t[0], t[1]) for t in _alive(user)] if b == chosen), target)
     if "(interrupt reply)" in user:
         return json.dumps({"reasoning": "keep going", "decision": "resume",
                            "messages": _acknowledge(recipients)})

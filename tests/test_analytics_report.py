@@ -45,10 +45,11 @@ def test_metrics_json_has_every_metric_per_episode_and_in_the_aggregate(runs_fol
     out = tmp_path / "out" / "metrics.json"
     assert cli.main(["report", str(runs_folder), "--json", str(out)]) == 0
     doc = json.loads(out.read_text())
-    assert set(doc) == {"episodes", "aggregate"}
+    assert set(doc) == {"episodes", "aggregate", "failure_attribution"}
     assert len(doc["episodes"]) == 16
     for episode in doc["episodes"]:
-        assert set(episode) == {"trace", "seed", *METRICS, *EPISODE_ONLY_METRICS, *BALANCE_KEYS}
+        assert set(episode) == {"trace", "seed", *METRICS, *EPISODE_ONLY_METRICS, *BALANCE_KEYS, "plan_failures",
+                                "failures_by_constraint"}
         assert Path(episode["trace"]).exists() and isinstance(episode["seed"], int)
     first = doc["episodes"][0]
     assert {k: first[k] for k in METRICS + EPISODE_ONLY_METRICS} == episode_metrics(load_trace(first["trace"]))

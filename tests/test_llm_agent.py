@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import io
 import json
+import re
 
 import pytest
 
@@ -168,7 +169,7 @@ def test_prompts_show_the_world_and_templates_can_be_edited(hard, tmp_path):
     with FakeOpenAI(responder=remember) as server:
         play(hard, llm_team(server, 3))
     system, user = captured["first"][0]["content"], captured["first"][1]["content"]
-    assert "You are agent_0, one of 3 agents in CUBE" in system and "col 7" in system
+    assert "You are agent_0, one of the 3 agents." in system and "a team of 3 agents" in system and "col 7" in system
     for name in ("move_to_block(block, face)", "rendezvous(block, face, count, timeout)", "push_block(block, steps)"):
         assert name in system
     assert "- block 0: weight 3, top-left (1, 2), 3 pushes from the goal" in user
@@ -188,3 +189,54 @@ def test_prompts_show_the_world_and_templates_can_be_edited(hard, tmp_path):
         with FakeOpenAI(responder=remember) as server:
             play(hard, [LLMAgent(ModelClient("m", base_url=server.url), prompts=PromptBook(folder))
                         for _ in range(3)])
+
+
+def test_a_language_team_negotiates_with_proposals_and_commitments(hard):
+    with FakeOpenAI(responder=responder) as server:
+        result, records = play(hard, llm_team(server, 3), topology="negotiation")
+        proposal = next(r.body for r in server.completions if "(proposal reply)" in r.body["messages"][1]["content"])
+    assert result.success
+    purposes = [r["purpose"] for r in records if r["type"] == "llm"]
+    assert purposes[:6] == ["proposal"] * 3 + ["commitment"] * 3
+    room = next(r for r in records if r["type"] == "negotiation")
+    assert room["proposals"] == {"agent_0": 2, "agent_1": 2, "agent_2": 2} == room["allocation"]
+    assert proposal["response_format"]["json_schema"]["schema"]["properties"] == {
+        "block": {"anyOf": [{"type": "integer", "enum": [0, 1, 2]}, {"type": "null"}]},
+        "rationale": {"type": "string", "maxLength": 160}}
+    assert "NEGOTIATION ROOM (agent_0, agent_1, agent_2)\nNo proposal yet." in proposal["messages"][1]["content"]
+
+
+def test_prompts_show_partners_sent_messages_distances_and_no_forbidden_example(hard):
+    with FakeOpenAI(responder=responder) as server:
+        play(hard, llm_team(server, 3), topology="individual")
+        individual = [r.body["messages"] for r in server.completions]
+    with FakeOpenAI(responder=responder) as server:
+        play(hard, llm_team(server, 3), topology="decentralized")
+        decentralized = [r.body["messages"] for r in server.completions]
+    system, user = next((m[0]["content"], m[1]["content"]) for m in individual if "- agent_0 (you) at (1, 0)" in m[1]["content"])
+    assert '"messages"' not in system and "You send no messages" in system  # no example of a message
+    assert "YOUR PARTNERS\n- agent_1: deciding; plan none; doing nothing" in user
+    assert "block 2: weight 1, top-left (5, 5), 2 pushes from the goal; you are 8 steps from its left face" in user
+    later = [m[1]["content"] for m in decentralized if "MESSAGES YOU SENT" in m[1]["content"]]
+    assert later and "I push block" in later[0].split("MESSAGES YOU SENT")[1]
+    assert '"messages": [{"to": ["agent_' in decentralized[0][0]["content"]  # allowed: shown
+    assert not any(", started)" in m[1]["content"] for m in individual + decentralized)
+
+
+def test_the_prompt_switches_are_off_by_default_and_recorded_when_on(hard):
+    with FakeOpenAI(responder=responder) as server:
+        _, plain = play(hard, llm_team(server, 3), topology="individual")
+        default_prompts = [r.body["messages"][1]["content"] for r in server.completions]
+    with FakeOpenAI(responder=responder) as server:
+        client = ModelClient("fake-model", base_url=server.url)
+        agents = [LLMAgent(client, strategy_tips=True, feedback=True) for _ in range(3)]
+        _, switched = play(hard, agents, topology="individual")
+        prompts = [r.body["messages"][1]["content"] for r in server.completions]
+    assert plain[0]["agents"]["agent_0"] == {"kind": "llm", "model": "fake-model"}
+    assert switched[0]["agents"]["agent_0"] == {"kind": "llm", "model": "fake-model", "strategy_tips": True,
+                                                "feedback": True}
+    assert not any("STRATEGY TIPS" in p or "COOPERATION CONSTRAINTS" in p for p in default_prompts)
+    assert all("1. Communication: announce which block you are targeting and from which side." in p for p in prompts)
+    later = [p for p in prompts if "COOPERATION CONSTRAINTS AFTER YOUR LAST STEP" in p]
+    assert later and re.search(r"Block \d needs \d agents on its (up|down|left|right) face pushing at the same "
+                               r"step\.\n- spatial: \d of \d agents aligned", later[0])

@@ -140,12 +140,12 @@ def test_the_base_url_may_come_from_the_environment(tmp_path, capsys, monkeypatc
 def test_prompt_templates_can_be_copied_and_used(tmp_path, capsys):
     folder = tmp_path / "prompts"
     code, captured = llm(["--write-prompts", str(folder)], capsys)
-    assert code == 0 and sorted(os.listdir(folder)) == ["system.j2", "user.j2"]
-    (folder / "system.j2").write_text((folder / "system.j2").read_text().replace("CUBE, a cooperative", "CUBE (edited), a cooperative"))
+    assert code == 0 and sorted(os.listdir(folder)) == ["constraints.j2", "negotiation.j2", "system.j2", "tips.j2", "user.j2"]
+    (folder / "system.j2").write_text((folder / "system.j2").read_text().replace("CUBE is a cooperative", "CUBE (edited) is a cooperative"))
     with FakeOpenAI(responder=responder) as server:
         code, _ = llm(["--scenario", "easy", "--model", "m", "--base-url", server.url, "--episodes", "1", "--prompts",
                        str(folder), "--out", str(tmp_path / "run"), "--no-progress", "--no-timelines"], capsys)
-        assert "CUBE (edited), a cooperative" in server.completions[0].body["messages"][0]["content"]
+        assert "CUBE (edited) is a cooperative" in server.completions[0].body["messages"][0]["content"]
     assert code == 0
     with pytest.raises(SystemExit):
         cli.main(["llm", "--write-prompts", str(folder)])  # refuses to overwrite
@@ -245,3 +245,72 @@ def test_each_llm_member_talks_to_its_own_server_with_its_own_settings(written_a
     for path in out.rglob("*"):
         if path.is_file():
             assert FILE_KEY_A.encode() not in path.read_bytes() and FILE_KEY_B.encode() not in path.read_bytes()
+
+
+def _interrupt(trace):
+    """The trace as a crash would leave it: cut before its end record."""
+    lines = trace.read_text().splitlines()
+    trace.write_text("\n".join(lines[: len(lines) // 2]) + "\n")
+
+
+def test_resume_keeps_finished_episodes_and_replays_the_rest_from_the_recording(tmp_path, capsys):
+    out = tmp_path / "run"
+    with FakeOpenAI(responder=responder) as server:
+        argv = ["--scenario", "easy", "--model", "m", "--base-url", server.url, "--episodes", "2", "--record",
+                "--out", str(out), "--no-timelines", "--no-progress"]
+        assert llm(argv, capsys)[0] == 0
+        asked = len(server.completions)
+    first, second = out / "episode-000000.jsonl", out / "episode-000001.jsonl"
+    kept = first.read_text()
+    recorded_calls = len((out / "exchanges" / "episode-000001.jsonl").read_text().splitlines())
+    _interrupt(second)
+    with FakeOpenAI(responder=responder) as again:
+        # --resume alone: the run's options come from run.json (its base URL named the old server)
+        run = json.loads((out / "run.json").read_text())
+        run["base_url"] = again.url
+        run["models"] = {k: dict(v, base_url=again.url) for k, v in run["models"].items()}
+        (out / "run.json").write_text(json.dumps(run))
+        code, printed = llm(["--resume", str(out), "--no-progress", "--no-timelines"], capsys)
+        assert code == 0, printed.err
+        assert again.completions == []  # every exchange of the unfinished episode was recorded: none asked again
+    assert "1 finished episode(s) kept, 1 to play" in printed.out
+    assert first.read_text() == kept
+    assert validate_trace(second) is None and read_trace(second)[-1]["reason"] == "all blocks delivered"
+    assert len((out / "exchanges" / "episode-000001.jsonl").read_text().splitlines()) == recorded_calls
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert sorted(e["seed"] for e in metrics["episodes"]) == [0, 1]
+    assert asked > 0 and json.loads((out / "run.json").read_text())["resumed"] == 1
+
+
+def test_resume_with_other_options_is_refused_naming_each_difference(tmp_path, capsys):
+    out = tmp_path / "run"
+    with FakeOpenAI(responder=responder) as server:
+        argv = ["--scenario", "easy", "--model", "m", "--base-url", server.url, "--episodes", "1", "--out", str(out),
+                "--no-timelines", "--no-progress"]
+        assert llm(argv, capsys)[0] == 0
+    run = json.loads((out / "run.json").read_text())
+    assert run["command"] is None or run["command"][:2] == ["cube-jax", "llm"]
+    assert {"python", "cube_jax", "jax"} <= set(run["versions"])
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["llm", "--resume", str(out), "--topology", "debate", "--max-repairs", "5"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "argument --resume: these options differ from the run's" in err
+    assert "--topology 'debate' (the run has 'individual')" in err and "--max-repairs 5 (the run has 2)" in err
+
+
+def test_the_local_model_is_the_default_without_a_base_url(tmp_path, monkeypatch):
+    from cube_jax.cli.llm import LanguageAgents, language_agents
+    from cube_jax.registry import Member
+    import argparse
+
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    parser = argparse.ArgumentParser()
+    args = argparse.Namespace(model=None, base_url=None, api_key=None, temperature=0.2, max_tokens=512, timeout=60.0,
+                              retries=3, max_repairs=2, local_port=0, local_threads=1, concurrency=2,
+                              strategy_tips=True, feedback=False, reply_schema="state", team_file=None, team=None)
+    members = [Member("llm"), Member("heuristic"), Member("llm", "local", (("model", "local"),))]
+    agents = language_agents(parser, args, members, prompts=None)
+    assert isinstance(agents, LanguageAgents) and agents.uses_local(members) == 2
+    assert agents.local.parallel == 4 and agents.local.threads == 1  # a slot per request in flight
+    assert agents.settings(members[0]).model == "local" and agents.strategy_tips is True

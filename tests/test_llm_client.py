@@ -21,6 +21,7 @@ from cube_jax.llm import (
     ReplyMessage,
     ask,
     load_exchanges,
+    decision_schema,
     reply_schema,
 )
 from cube_jax.symbolic import parse_plan
@@ -295,7 +296,9 @@ def test_ask_returns_the_checked_reply_from_a_fenced_reply():
     assert (outcome.fallback, outcome.error, outcome.model_failed) == (False, None, False)
     (call,) = outcome.calls
     assert call == CallRecord("tiny-model", 1, call.latency_s, 100, 20, True, False, None)
-    assert request.body["response_format"]["json_schema"] == {"name": "plan_reply", "schema": reply_schema("plan"), "strict": False}
+    # the schema built for this decision: live blocks only, no messages (CONTEXT allows none)
+    assert request.body["response_format"]["json_schema"] == {"name": "plan_reply",
+                                                              "schema": decision_schema("plan", CONTEXT), "strict": False}
 
 
 def test_an_invalid_reply_is_repaired_with_the_error_quoted():
@@ -433,8 +436,9 @@ def test_replay_names_the_call_that_diverged(tmp_path):
         asyncio.run(ask(RecordingClient(client, path, agent="agent_0"), USER, "plan", CONTEXT))
 
     other_world = ReplyContext(num_agents=3, block_alive=(True, True, True), agent=0)
-    # With block 2 alive the first reply is valid, so no repair call is made: fine.
-    assert asyncio.run(ask(ReplayClient(path, agent="agent_0"), USER, "plan", other_world)).calls[0].valid
+    # With block 2 alive the schema built for the decision differs, and so does the request.
+    with pytest.raises(ReplayMismatch, match="diverged at call 0: the JSON schema differs from the recorded one"):
+        asyncio.run(ask(ReplayClient(path, agent="agent_0"), USER, "plan", other_world))
 
     changed = [{"role": "user", "content": "Plan your next step."}]
     with pytest.raises(ReplayMismatch) as info:

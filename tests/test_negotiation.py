@@ -16,6 +16,8 @@ from cube_jax.agents import Agent, Decision, NegotiatorAgent, Plan, Purpose, Scr
 from cube_jax.evaluation import Episode, Limits, TraceWriter, run_episode, run_episodes, validate_trace
 from cube_jax.runtime import make_topology
 from cube_jax.symbolic import parse_plan
+from cube_jax.trace import read_trace
+from cube_jax.worldmodel import WorldModel
 
 
 @pytest.fixture(scope="module")
@@ -204,3 +206,62 @@ def test_negotiators_follow_the_guidebook_and_planners_see_the_plan_library(hard
     assert seen[-1].allocation == 0 and seen[-1].plan_library.startswith("block 0:")
     with pytest.raises(ValueError, match="only by the negotiation topology"):
         make_topology("debate", 3, world_model=Rates())
+
+
+def test_a_run_with_a_world_model_is_the_same_at_every_concurrency(tmp_path):
+    from cube_jax import cli
+
+    def run(concurrency):
+        out, model = tmp_path / f"c{concurrency}", tmp_path / f"wm{concurrency}.json"
+        code = cli.main(["llm", "--scenario", "hard", "--team", "negotiator", "--topology", "negotiation",
+                         "--episodes", "3", "--concurrency", str(concurrency), "--world-model", str(model),
+                         "--out", str(out), "--no-progress", "--no-timelines"])
+        assert code == 0
+        traces = [[{k: v for k, v in json.loads(line).items() if k != "wall"}
+                   for line in path.read_text().splitlines()] for path in sorted(out.glob("episode-*.jsonl"))]
+        return traces, model.read_bytes()
+
+    one, three = run(1), run(3)
+    assert one == three
+    saved = json.loads(one[1])
+    assert len(saved["episodes"]) == 3
+    # the same traces again add nothing: the file stays byte for byte the same
+    model = WorldModel.load(tmp_path / "wm1.json", env={"scenario": "hard"})
+    for path in sorted((tmp_path / "c1").glob("episode-*.jsonl")):
+        assert model.update(read_trace(path)) is False
+
+
+def test_a_world_model_of_another_world_is_refused(tmp_path, capsys):
+    from cube_jax import cli
+
+    model = tmp_path / "wm.json"
+    assert cli.main(["llm", "--scenario", "easy", "--team", "negotiator", "--topology", "negotiation", "--episodes",
+                     "1", "--world-model", str(model), "--out", str(tmp_path / "a"), "--no-progress",
+                     "--no-timelines"]) == 0
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["llm", "--scenario", "hard", "--team", "negotiator", "--topology", "negotiation", "--world-model",
+                  str(model), "--out", str(tmp_path / "b")])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.startswith("cube-jax llm: error: argument --world-model:") and '"scenario": "easy"' in err
+    model.write_text("{not json")
+    with pytest.raises(SystemExit):
+        cli.main(["llm", "--scenario", "easy", "--team", "negotiator", "--topology", "negotiation", "--world-model",
+                  str(model), "--out", str(tmp_path / "c")])
+    assert "argument --world-model:" in capsys.readouterr().err
+
+
+def test_a_language_agent_negotiates_beside_negotiators(hard):
+    from cube_jax.llm import ModelClient
+    from cube_jax.llm.agent import LLMAgent
+    from tests.fake_openai import FakeOpenAI
+    from tests.sound_model import responder
+
+    with FakeOpenAI(responder=responder) as server:
+        client = ModelClient("fake-model", base_url=server.url)
+        result, records = play(hard, [NegotiatorAgent(), LLMAgent(client), NegotiatorAgent()])
+    assert result.success
+    check_room_rules(records)
+    purposes = {r["purpose"] for r in of(records, "llm", agent="agent_1")}
+    assert {"proposal", "commitment", "plan"} <= purposes
+    assert all(r["valid"] for r in of(records, "llm"))

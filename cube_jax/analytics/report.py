@@ -12,6 +12,12 @@ line and key of its first problem, and the other files are measured.
     {"episodes": [{"trace": str, "seed": int, <every metric>}, ...],
      "aggregate": {<metric>: {"mean": float, "ci_low": float, "ci_high": float}, ...}}
 
+Each episode also carries ``plan_failures``: every failed or replaced plan attributed to the
+cooperation constraint it did not meet, with the messages of its window
+(:mod:`~cube_jax.analytics.attribution`, EmCoop's RQ2), and ``failures_by_constraint``, their
+counts; the document's ``failure_attribution`` sums them over the episodes (plans, share,
+messages per window, per constraint), and :meth:`Report.attribution_table` renders that.
+
 Beside the metrics of LLM.md section 6, each episode carries its workload balance
 (:mod:`~cube_jax.analytics.balance`: ``workload_balance``, ``workload_balance_kinds``, null
 when undefined, and ``pushes`` per agent), and the aggregate holds the balance metrics'
@@ -42,6 +48,7 @@ import os
 from pathlib import Path
 from typing import Dict, Iterable, List, Sequence, Union
 
+from cube_jax.analytics.attribution import attribution_counts, attribution_summary, attribution_table, plan_failures
 from cube_jax.analytics.balance import record_workload, summarize_workload
 from cube_jax.analytics.intervals import CONFIDENCE, RESAMPLES, summarize
 from cube_jax.analytics.metrics import METRICS, episode_metrics
@@ -91,7 +98,12 @@ class Report:
 
     def document(self) -> dict:
         """metrics.json's content."""
-        return {"episodes": self.episodes, "aggregate": {**self.aggregate, **self.balance}}
+        return {"episodes": self.episodes, "aggregate": {**self.aggregate, **self.balance},
+                "failure_attribution": attribution_summary(self.episodes)}
+
+    def attribution_table(self) -> str:
+        """Failed and replaced plans per violated constraint, as a Markdown table."""
+        return attribution_table(attribution_summary(self.episodes))
 
 
 def measure_trace(path: PathLike, validate: bool = False) -> dict:
@@ -112,7 +124,10 @@ def measure_trace(path: PathLike, validate: bool = False) -> dict:
             balance = record_workload(records)
         except RecordError as err:
             raise problem_of(path) or TraceError(str(path), TraceProblem(err.line, err.key, str(err))) from None
+    with open(path, encoding="utf-8") as f:
+        failures = plan_failures(json.loads(line) for line in f if line.strip())
     return {"trace": str(path), "seed": records[0].seed, **metrics, **balance,
+            "failures_by_constraint": attribution_counts(failures), "plan_failures": failures,
             "run": run_fields(header_fields(records[0]))}
 
 

@@ -56,6 +56,14 @@ def non_negative_int(text: str) -> int:
     return parse_int(text, 0, 10**6)
 
 
+def port_number(text: str) -> int:
+    return parse_int(text, 0, 65535, "a TCP port")
+
+
+def thread_count(text: str) -> int:
+    return parse_int(text, 1, 256, "CPU threads")
+
+
 def temperature(text: str) -> float:
     try:
         value = float(text)
@@ -134,7 +142,9 @@ def add_runtime_arguments(p) -> None:
 
 def add_model_arguments(group) -> None:
     """The model server and how language-agent members talk to it."""
-    group.add_argument("--model", default=None, help="model name for llm members without their own (llm:<model>)")
+    group.add_argument("--model", default=None,
+                       help="model name for llm members without their own (llm:<model>); 'local' serves "
+                            "SmolLM2-135M-Instruct on this machine (the llm extra), the default when no base URL is given")
     group.add_argument("--base-url", default=None, help="the server's OpenAI-compatible base URL (or OPENAI_BASE_URL)")
     group.add_argument("--api-key", default=None, help="API key (or OPENAI_API_KEY); never written anywhere")
     group.add_argument("--temperature", type=temperature, default=0.2, help="sampling temperature, 0..2 (default 0.2)")
@@ -143,6 +153,10 @@ def add_model_arguments(group) -> None:
     group.add_argument("--retries", type=non_negative_int, default=3, help="retries of a failed request (default 3)")
     group.add_argument("--max-repairs", type=non_negative_int, default=2,
                        help="corrective re-prompts after an invalid reply (default 2)")
+    group.add_argument("--local-port", type=port_number, default=0,
+                       help="--model local: the port of its server on 127.0.0.1 (default 0: a free one)")
+    group.add_argument("--local-threads", type=thread_count, default=1,
+                       help="--model local: CPU threads of its server (default 1, fastest on a busy 2-core machine)")
 
 
 def check_world(parser: argparse.ArgumentParser, args) -> None:

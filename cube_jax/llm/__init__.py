@@ -9,6 +9,7 @@ from cube_jax.llm.ask import AskOutcome, CallRecord, ask
 from cube_jax.llm.client import ChatModel, ClientPool, Completion, ModelClient, ModelError, ModelSettings
 from cube_jax.llm.recording import Exchange, RecordingClient, ReplayClient, ReplayMismatch, load_exchanges, request_digest
 from cube_jax.llm.replies import (
+    CHOICE_PURPOSES,
     MAX_NESTING,
     MAX_REPLY_CHARS,
     PURPOSES,
@@ -21,6 +22,9 @@ from cube_jax.llm.replies import (
     PlanReplyFormat,
     ReplyContext,
     ReplyMessage,
+    ChoiceReply,
+    ChoiceReplyFormat,
+    decision_schema,
     error_feedback,
     extract_json,
     parse_reply,
@@ -31,6 +35,9 @@ from cube_jax.llm.replies import (
 
 __all__ = [
     "AskOutcome",
+    "CHOICE_PURPOSES",
+    "ChoiceReply",
+    "ChoiceReplyFormat",
     "CallRecord",
     "ChatModel",
     "ClientPool",
@@ -55,6 +62,7 @@ __all__ = [
     "ReplyContext",
     "ReplyMessage",
     "ask",
+    "decision_schema",
     "error_feedback",
     "extract_json",
     "load_exchanges",

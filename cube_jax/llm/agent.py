@@ -6,8 +6,8 @@ tolerant extraction, syntactic and semantic checks against the state and the top
 corrective re-prompts quoting the error, at most ``max_repairs``), and turns the checked
 reply into a :class:`~cube_jax.agents.Decision`. When it cannot get a valid reply, the
 server fails after its retries, or the runtime refuses a further call (a limit), it falls
-back to ``idle(1)`` with the spec ``fallback(agent_k)`` (a message turn sends nothing) and the
-decision says so. Every model call is reported to the runtime as it ends
+back to ``idle(1)`` with the spec ``fallback(agent_k)`` (a message turn sends nothing; a
+negotiation ``proposal`` or ``commitment`` chooses no block) and the decision says so. Every model call is reported to the runtime as it ends
 (``ctx.calls``), which writes its trace ``llm`` record and ends an episode whose server
 keeps failing.
 
@@ -24,10 +24,10 @@ from typing import Any, Deque, Dict, Optional
 import numpy as np
 
 from cube_jax.agents.base import Agent, Decision, DecisionContext, OutgoingMessage, Plan, Purpose, fallback_plan
-from cube_jax.llm.ask import ask
+from cube_jax.llm.ask import SCHEMA_KINDS, ask
 from cube_jax.llm.client import ChatModel
 from cube_jax.llm.prompts import PromptBook
-from cube_jax.llm.replies import InterruptReply, MessageReply, ReplyContext
+from cube_jax.llm.replies import ChoiceReply, InterruptReply, MessageReply, ReplyContext
 
 log = logging.getLogger(__name__)
 
@@ -36,13 +36,21 @@ class LLMAgent(Agent):
 
     kind = "llm"
 
-    def __init__(self, client: ChatModel, prompts: Optional[PromptBook] = None, max_repairs: int = 2):
+    def __init__(self, client: ChatModel, prompts: Optional[PromptBook] = None, max_repairs: int = 2, *,
+                 strategy_tips: bool = False, feedback: bool = False, schema_kind: str = "state"):
         if max_repairs < 0:
             raise ValueError(f"LLMAgent: max_repairs must be >= 0, got {max_repairs!r}")
+        if schema_kind not in SCHEMA_KINDS:
+            raise ValueError(f"LLMAgent: schema_kind must be one of {', '.join(SCHEMA_KINDS)}, got {schema_kind!r}")
         self.client = client
         self.model = client.model
         self.prompts = prompts or PromptBook.default()
         self.max_repairs = max_repairs
+        # The prompt switches (EmCoop's Appendix H.4 advice; its RQ3 constraint feedback) and
+        # the reply schema kind; all three are recorded in the trace's episode record.
+        self.strategy_tips = bool(strategy_tips)
+        self.feedback = bool(feedback)
+        self.schema_kind = schema_kind
         self.decisions: Deque[Dict[str, Any]] = collections.deque(maxlen=8)
         self.last_prompt = None  # the messages of the latest request (for inspection and docs)
 
@@ -58,21 +66,42 @@ class LLMAgent(Agent):
             message_budget=ctx.topology.message_budget if ctx.topology.may_send else 0,
             # generous: a long wait is allowed, an absurd one not
             max_action_steps=max(1000, 4 * ctx.max_steps, 4 * ctx.views.grid_size),
+            required_spec=ctx.topology.required_spec,
         )
 
+    def describe(self) -> Dict[str, Any]:
+        """``{"kind", "model"}``, plus each prompt switch that is on (``strategy_tips``,
+        ``feedback``: true) and ``reply_schema: "plain"`` when the plain schema is used: a
+        key that is absent means the default (off, the state-aware schema)."""
+        out: Dict[str, Any] = {"kind": self.kind, "model": self.model}
+        if self.strategy_tips:
+            out["strategy_tips"] = True
+        if self.feedback:
+            out["feedback"] = True
+        if self.schema_kind != "state":
+            out["reply_schema"] = self.schema_kind
+        return out
+
     async def decide(self, ctx: DecisionContext) -> Decision:
-        messages = self.prompts.render(ctx, list(self.decisions))
+        messages = self.prompts.render(ctx, list(self.decisions), strategy_tips=self.strategy_tips,
+                                       feedback=self.feedback)
         self.last_prompt = messages
         outcome = await ask(self.client, messages, ctx.purpose.value, self.reply_context(ctx),
-                            max_repairs=self.max_repairs, ledger=ctx.calls)
+                            max_repairs=self.max_repairs, ledger=ctx.calls, schema_kind=self.schema_kind)
         if outcome.fallback:
-            if ctx.purpose == Purpose.MESSAGE:
+            if ctx.purpose in (Purpose.PROPOSAL, Purpose.COMMITMENT):
+                decision = Decision(block=None, fallback=True, note=outcome.error)
+            elif ctx.purpose == Purpose.MESSAGE:
                 decision = Decision(fallback=True, note=outcome.error)
             else:
                 decision = Decision(plan=fallback_plan(ctx.agent), fallback=True, note=outcome.error)
             self._remember(ctx, f"fell back ({outcome.error})")
             return decision
         reply = outcome.reply
+        if isinstance(reply, ChoiceReply):
+            choice = "none" if reply.block is None else f"block {reply.block}"
+            self._remember(ctx, f"{ctx.purpose.value}: {choice}")
+            return Decision(block=reply.block, rationale=reply.rationale)
         sent = tuple(OutgoingMessage(tuple(m.recipients), m.content) for m in reply.messages)
         if isinstance(reply, MessageReply):
             self._remember(ctx, f"sent {len(sent)} message(s)")

@@ -10,6 +10,11 @@ ends the loop at once the same way. Nothing about a reply or a server makes :fun
 raise; an exception out of it is a bug (or, with a replay client, a reproduction that
 diverged).
 
+The schema sent with each request is built for the decision
+(:func:`~cube_jax.llm.replies.decision_schema`: live blocks, the vocabulary, allowed
+recipients, the message budget, bounded strings and lists), or, with ``schema_kind="plain"``,
+the purpose's general one.
+
 Every model call gives a :class:`CallRecord`, which holds exactly the fields of a trace
 ``llm`` record besides ``agent``, ``purpose``, ``t`` and ``wall``. Each is reported to the
 ``ledger`` (:class:`~cube_jax.agents.CallLedger`) the moment the call ends, a call cut short
@@ -27,13 +32,16 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from cube_jax.agents.base import CallLedger, ModelCall, OpenLedger
 from cube_jax.llm.client import ChatModel, Completion, ModelError
-from cube_jax.llm.replies import Reply, ReplyContext, error_feedback, parse_reply, reply_schema
+from cube_jax.llm.replies import Reply, ReplyContext, decision_schema, error_feedback, parse_reply, reply_schema
 from cube_jax.symbolic.actions import PlanError
 
 log = logging.getLogger(__name__)
 
 # How much of a bad reply is echoed back to the model in a repair turn.
 ECHO_CHARS = 4000
+# Which JSON schema goes with a request: "state", the one built for the decision
+# (decision_schema, the default), or "plain", the purpose's general schema (reply_schema).
+SCHEMA_KINDS = ("state", "plain")
 
 
 # One model call, as a trace ``llm`` record needs it (the agents' record of a model call).
@@ -68,13 +76,17 @@ async def ask(
     *,
     max_repairs: int = 2,
     ledger: Optional[CallLedger] = None,
+    schema_kind: str = "state",
 ) -> AskOutcome:
-    """Asks ``client`` for a ``purpose`` reply (``plan``, ``interrupt``, ``message``) to
-    ``messages`` and checks it against ``context``; see the module docstring."""
+    """Asks ``client`` for a ``purpose`` reply (``plan``, ``interrupt``, ``message``,
+    ``proposal``, ``commitment``) to ``messages`` and checks it against ``context``; see the
+    module docstring. ``schema_kind``: one of :data:`SCHEMA_KINDS`."""
     if max_repairs < 0:
         raise ValueError(f"max_repairs must be >= 0, got {max_repairs}")
+    if schema_kind not in SCHEMA_KINDS:
+        raise ValueError(f"schema_kind must be one of {', '.join(SCHEMA_KINDS)}, got {schema_kind!r}")
     ledger = ledger if ledger is not None else OpenLedger()
-    schema = reply_schema(purpose)
+    schema = decision_schema(purpose, context) if schema_kind == "state" else reply_schema(purpose)
     conversation: List[Dict[str, str]] = [dict(m) for m in messages]
     calls: List[CallRecord] = []
 
@@ -110,7 +122,7 @@ async def ask(
             made(_record(client.model, completion, valid=False, fallback=giving_up, error=problem))
             conversation.append({"role": "assistant", "content": completion.text[:ECHO_CHARS]})
             if not giving_up:
-                conversation.append({"role": "user", "content": error_feedback(err, purpose) + _cut_off_hint(completion)})
+                conversation.append({"role": "user", "content": error_feedback(err, purpose, context) + _cut_off_hint(completion)})
             continue
         made(_record(client.model, completion, valid=True, fallback=False, error=None))
         conversation.append({"role": "assistant", "content": completion.text})

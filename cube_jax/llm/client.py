@@ -332,6 +332,9 @@ class ModelClient:
                 raise self._failure("bad_response", self._scrub(str(err)), attempts, start) from None
             except openai.OpenAIError as err:
                 raise self._failure("client", self._scrub(str(err)), attempts, start) from None
+            except ValueError as err:  # a 200 whose body is not JSON at all (the SDK's decoder raises)
+                raise self._failure("bad_response", f"the reply is not JSON: {self._scrub(str(err))}", attempts,
+                                    start) from None
             else:
                 if use_schema:
                     self.structured_output = True

@@ -25,6 +25,8 @@ does not matter.
 """
 from __future__ import annotations
 
+import asyncio
+
 import dataclasses
 import hashlib
 import json
@@ -116,12 +118,16 @@ class RecordingClient:
     (created if missing; several agents' clients may share it). Same interface as the
     client it wraps."""
 
-    def __init__(self, inner: ChatModel, path: PathLike, *, agent: str):
+    def __init__(self, inner: ChatModel, path: PathLike, *, agent: str, reuse: Sequence[Exchange] = ()):
         self.inner = inner
         self.model = inner.model
         self.path = Path(path)
         self.agent = agent
         self.calls = 0
+        # Exchanges of an interrupted run of this episode (cube-jax llm --resume): served again,
+        # and recorded again, while the requests match them in order; then the server answers.
+        self.reuse: List[Exchange] = list(reuse)
+        self.reused = 0
 
     def __repr__(self) -> str:
         return f"RecordingClient({self.inner!r}, path={str(self.path)!r}, agent={self.agent!r})"
@@ -130,6 +136,16 @@ class RecordingClient:
         self, messages: Sequence[Mapping[str, str]], *, schema: Optional[Mapping[str, Any]] = None, schema_name: str = "reply"
     ) -> Completion:
         messages = [dict(m) for m in messages]
+        if self.reuse:
+            earlier = self.reuse.pop(0)
+            if earlier.request_sha256 == request_digest(messages, schema, schema_name):
+                await asyncio.sleep(0)  # as a server would, never at once
+                self.reused += 1
+                self._append(messages, schema, schema_name, earlier.completion, earlier.error)
+                if earlier.error is not None:
+                    raise ModelError.from_dict(earlier.error.to_dict())
+                return earlier.completion
+            self.reuse = []  # the episode went another way: the server answers from here on
         try:
             completion = await self.inner.complete(messages, schema=schema, schema_name=schema_name)
         except ModelError as err:
@@ -184,6 +200,9 @@ class ReplayClient:
     async def complete(
         self, messages: Sequence[Mapping[str, str]], *, schema: Optional[Mapping[str, Any]] = None, schema_name: str = "reply"
     ) -> Completion:
+        # A reply never arrives at once from a server: yielding here lets the agents deciding
+        # side by side reach their own requests first, in the same order as when recorded.
+        await asyncio.sleep(0)
         index = self.calls
         if index >= len(self.exchanges):
             raise ReplayMismatch(self.agent, index, f"the recording holds only {len(self.exchanges)} call(s) for this agent")

@@ -60,10 +60,13 @@ from typing import Annotated, Any, Dict, FrozenSet, Iterator, List, Literal, Nam
 
 import pydantic
 
-from cube_jax.symbolic.actions import ACTION_SPECS, PLAN_CHECK, PlanError, SymbolicAction, check_plan, parse_action
+from cube_jax.symbolic.actions import (ACTION_SPECS, DIRECTIONS, FACES, PLAN_CHECK, PlanError, SymbolicAction, check_plan,
+                                      parse_action)
 from cube_jax.symbolic.actions import parse_plan, parse_plan_json
 
-PURPOSES = ("plan", "interrupt", "message")
+PURPOSES = ("plan", "interrupt", "message", "proposal", "commitment")
+# Negotiation purposes: the reply chooses one block (or none) with a short rationale.
+CHOICE_PURPOSES = ("proposal", "commitment")
 MAX_REPLY_CHARS = 65536
 MAX_NESTING = 32
 # How many "{" positions of a prose reply are tried as the start of the object.
@@ -73,6 +76,13 @@ SPEC_MAX_CHARS = 200
 MAX_ERROR_CHARS = 300
 # What an error message quotes of the reply, at most.
 EXCERPT = 80
+# Bounds of the state-aware schemas (decision_schema): every free-text field and every list
+# is bounded, so that a whole reply fits the default token limit (512) and a
+# grammar-constrained server cannot run into it.
+SCHEMA_REASONING_CHARS = 200
+SCHEMA_MESSAGE_CHARS = 200
+SCHEMA_RATIONALE_CHARS = 160
+SCHEMA_PLAN_ACTIONS = 6
 
 
 # --- the reply formats (what prompts describe and response_format enforces) ---------------------
@@ -174,7 +184,35 @@ class MessageReplyFormat(pydantic.BaseModel):
     ]
 
 
-REPLY_FORMATS = {"plan": PlanReplyFormat, "interrupt": InterruptReplyFormat, "message": MessageReplyFormat}
+def _as_block_choice(value):
+    # "none", "null" and "" mean no block; "2", "block 2" and "block#2" mean block 2.
+    if isinstance(value, str):
+        text = value.strip().lower()
+        if text in ("", "none", "null", "nothing"):
+            return None
+        match = re.fullmatch(r"(?:block\s*#?\s*)?(\d{1,9})", text)
+        if match:
+            return int(match.group(1))
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+class ChoiceReplyFormat(pydantic.BaseModel):
+    """A negotiation turn (``proposal`` or ``commitment``): one live block id, or null for none,
+    and a short rationale."""
+
+    model_config = pydantic.ConfigDict(extra="ignore")
+    block: Annotated[
+        Optional[int],
+        pydantic.BeforeValidator(_as_block_choice),
+        pydantic.Field(description="A live block id, or null for none."),
+    ]
+    rationale: str = pydantic.Field(default="", description="Why, in one short sentence.")
+
+
+REPLY_FORMATS = {"plan": PlanReplyFormat, "interrupt": InterruptReplyFormat, "message": MessageReplyFormat,
+                 "proposal": ChoiceReplyFormat, "commitment": ChoiceReplyFormat}
 
 _EXAMPLES = {
     "plan": (
@@ -188,6 +226,8 @@ _EXAMPLES = {
         '"plan": "move_to_block(0, left); push_block(0, 5)", "messages": []}'
     ),
     "message": '{"reasoning": "...", "messages": [{"to": ["all"], "content": "..."}]}',
+    "proposal": '{"block": 2, "rationale": "..."}  or  {"block": null, "rationale": "..."}',
+    "commitment": '{"block": 2, "rationale": "..."}  or  {"block": null, "rationale": "..."}',
 }
 
 
@@ -216,10 +256,111 @@ def _schema_text(purpose: str) -> str:
     return json.dumps(_inline_refs(schema, schema.pop("$defs", {})))
 
 
-def reply_example(purpose: str) -> str:
-    """A one-line example of the reply for ``purpose``, for prompts and re-prompts."""
+def reply_example(purpose: str, context: Optional["ReplyContext"] = None) -> str:
+    """A one-line example of the reply for ``purpose``, for prompts and re-prompts.
+
+    With a ``context`` the example fits that decision and its schema
+    (:func:`decision_schema`): a live block, the plan as JSON actions, and messages only
+    where the topology allows them, addressed to an allowed recipient; it never shows what
+    the decision forbids.
+
+    >>> silent = ReplyContext(num_agents=3, block_alive=(False, True), agent=0)
+    >>> print(reply_example("interrupt", silent))
+    {"decision": "resume"}  or  {"decision": "replan", "spec": "push_block(block#1)", "plan": [{"action": "move_to_block", "args": {"block": 1, "face": "left"}}, {"action": "push_block", "args": {"block": 1, "steps": 5}}]}
+    """
     reply_format(purpose)
-    return _EXAMPLES[purpose]
+    if context is None:
+        return _EXAMPLES[purpose]
+    live = context.live_blocks
+    block = live[0] if live else 0
+    if purpose in CHOICE_PURPOSES:
+        return json.dumps({"block": block, "rationale": "..."}) + "  or  " + json.dumps({"block": None, "rationale": "..."})
+    messages = {}
+    if context.may_message:
+        to = f"agent_{min(context.allowed_recipients)}"
+        messages = {"messages": [{"to": [to], "content": "..."}]}
+    if purpose == "message":
+        return json.dumps({"reasoning": "...", **messages})
+    count = min(2, context.num_agents)
+    spec = context.required_spec or f"push_block(block#{block})"
+    plan = [{"action": "move_to_block", "args": {"block": block, "face": "left"}},
+            {"action": "rendezvous", "args": {"block": block, "face": "left", "count": count, "timeout": 10}},
+            {"action": "push_block", "args": {"block": block, "steps": 5}}]
+    if purpose == "plan":
+        return json.dumps({"reasoning": "...", "spec": spec, "plan": plan, **messages})
+    replan = {"decision": "replan", "spec": spec, "plan": [plan[0], plan[2]], **messages}
+    return json.dumps({"decision": "resume", **messages}) + "  or  " + json.dumps(replan)
+
+
+def decision_schema(purpose: str, context: "ReplyContext") -> dict:
+    """The JSON schema of the reply for ``purpose`` built for one decision (LLM.md section 4,
+    state-aware reply schema): block ids limited to the live blocks, faces, directions and
+    action names to the vocabulary, counts to the team, recipients to those the topology
+    allows now (no ``messages`` field at all where none is allowed), the number of messages
+    to the budget, and every free-text field and list bounded in length. A server that
+    enforces it cannot produce an out-of-vocabulary or cut-off reply; :func:`parse_reply`
+    still checks everything, for servers that do not.
+
+    >>> ctx = ReplyContext(num_agents=3, block_alive=(True, False, True), agent=0)
+    >>> schema = decision_schema("plan", ctx)
+    >>> sorted(schema["properties"]), schema["properties"]["spec"]["enum"]
+    (['plan', 'reasoning', 'spec'], ['push_block(block#0)', 'push_block(block#2)', 'idle'])
+    >>> decision_schema("proposal", ctx)["properties"]["block"]
+    {'anyOf': [{'type': 'integer', 'enum': [0, 2]}, {'type': 'null'}]}
+    """
+    reply_format(purpose)
+    live = list(context.live_blocks)
+    if purpose in CHOICE_PURPOSES:
+        return _object({"block": {"anyOf": ([{"type": "integer", "enum": live}] if live else []) + [{"type": "null"}]},
+                        "rationale": {"type": "string", "maxLength": SCHEMA_RATIONALE_CHARS}},
+                       ["block", "rationale"])
+    reasoning = {"reasoning": {"type": "string", "maxLength": SCHEMA_REASONING_CHARS}}
+    messages = {}
+    if context.may_message:
+        names = [f"agent_{r}" for r in sorted(context.allowed_recipients)]
+        message = _object({"to": {"type": "array", "minItems": 1, "maxItems": len(names) + 1, "uniqueItems": True,
+                                  "items": {"type": "string", "enum": names + ["all"]}},
+                           "content": {"type": "string", "minLength": 1,
+                                       "maxLength": min(SCHEMA_MESSAGE_CHARS, context.max_message_chars)}},
+                          ["to", "content"])
+        messages = {"messages": {"type": "array", "minItems": 1 if purpose == "message" else 0,
+                                 "maxItems": context.message_budget, "items": message}}
+    if purpose == "message":
+        return _object({**reasoning, **messages}, ["messages"] if messages else [])
+    if context.required_spec is not None:
+        spec = {"type": "string", "enum": [context.required_spec]}
+    else:
+        spec = {"type": "string", "enum": [f"push_block(block#{b})" for b in live] + ["idle"]}
+    plan = {"type": "array", "minItems": 1, "maxItems": min(SCHEMA_PLAN_ACTIONS, context.max_plan_actions),
+            "items": {"anyOf": [_action_schema(name, action, context, live) for name, action in ACTION_SPECS.items()
+                                if live or not any(a.kind == "block" for a in action.args)]}}
+    if purpose == "plan":
+        return _object({**reasoning, "spec": spec, "plan": plan, **messages}, ["spec", "plan"])
+    resume = _object({**reasoning, "decision": {"type": "string", "enum": ["resume"]}, **messages}, ["decision"])
+    replan = _object({**reasoning, "decision": {"type": "string", "enum": ["replan"]}, "spec": spec, "plan": plan,
+                      **messages}, ["decision", "spec", "plan"])
+    return {"anyOf": [resume, replan]}
+
+
+def _object(properties: Dict[str, Any], required: Sequence[str]) -> dict:
+    return {"type": "object", "properties": properties, "required": list(required), "additionalProperties": False}
+
+
+def _action_schema(name: str, action, context: "ReplyContext", live: List[int]) -> dict:
+    args = {}
+    for arg in action.args:
+        if arg.kind == "block":
+            args[arg.name] = {"type": "integer", "enum": live}
+        elif arg.kind == "face":
+            args[arg.name] = {"type": "string", "enum": list(FACES)}
+        elif arg.kind == "direction":
+            args[arg.name] = {"type": "string", "enum": list(DIRECTIONS)}
+        elif arg.name == "count":
+            args[arg.name] = {"type": "integer", "minimum": max(1, arg.minimum), "maximum": context.num_agents}
+        else:
+            args[arg.name] = {"type": "integer", "minimum": arg.minimum, "maximum": context.max_action_steps}
+    return _object({"action": {"type": "string", "enum": [name]},
+                    "args": _object(args, [a.name for a in action.args])}, ["action", "args"])
 
 
 def _inline_refs(node, defs: Dict[str, Any]):
@@ -274,7 +415,15 @@ class MessageReply:
     reasoning: Optional[str] = None
 
 
-Reply = Union[PlanReply, InterruptReply, MessageReply]
+@dataclasses.dataclass(frozen=True)
+class ChoiceReply:
+    """A checked ``proposal`` or ``commitment`` reply: a live block id, or None for none."""
+
+    block: Optional[int]
+    rationale: str = ""
+
+
+Reply = Union[PlanReply, InterruptReply, MessageReply, ChoiceReply]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -292,6 +441,8 @@ class ReplyContext:
     * ``max_plan_actions``: the longest plan accepted.
     * ``max_action_steps``: the largest ``steps`` or ``timeout`` argument accepted.
     * ``max_message_chars``: the longest message content accepted.
+    * ``required_spec``: the spec a plan must have in this decision (negotiation: the
+      allocated block's), None when any will do.
     """
 
     num_agents: int
@@ -302,6 +453,7 @@ class ReplyContext:
     max_plan_actions: int = 32
     max_action_steps: int = 1000
     max_message_chars: int = 2000
+    required_spec: Optional[str] = None
 
     def __post_init__(self):
         object.__setattr__(self, "block_alive", tuple(bool(a) for a in self.block_alive))
@@ -321,6 +473,10 @@ class ReplyContext:
     @property
     def may_message(self) -> bool:
         return self.message_budget > 0 and bool(self.allowed_recipients)
+
+    @property
+    def live_blocks(self) -> Tuple[int, ...]:
+        return tuple(b for b, alive in enumerate(self.block_alive) if alive)
 
 
 # --- finding the JSON object in a reply ------------------------------------------------------
@@ -444,6 +600,8 @@ def parse_reply(text: str, purpose: str, context: ReplyContext) -> Reply:
         reply = model.model_validate(data)
     except pydantic.ValidationError as err:
         raise _format_error(err) from None
+    if purpose in CHOICE_PURPOSES:
+        return _check_choice(reply, context)
     if purpose == "message":
         return MessageReply(messages=_check_messages(reply.messages, context), reasoning=reply.reasoning)
     if purpose == "interrupt" and reply.decision == "resume":
@@ -452,11 +610,27 @@ def parse_reply(text: str, purpose: str, context: ReplyContext) -> Reply:
         missing = [name for name in ("spec", "plan") if getattr(reply, name) is None]
         if missing:
             raise _fail(f"field {missing[0]!r} is required with \"decision\": \"replan\"")
+    if context.required_spec is not None and reply.spec != context.required_spec:
+        raise _fail(f"field 'spec' must be {context.required_spec!r} (your allocated task), got "
+                    f"{_json_excerpt(reply.spec)}")
     plan = _check_plan(reply.plan, context)
     messages = _check_messages(reply.messages, context)
     if purpose == "interrupt":
         return InterruptReply("replan", reply.spec, plan, messages, reply.reasoning)
     return PlanReply(reply.spec, plan, messages, reply.reasoning)
+
+
+def _check_choice(reply: "ChoiceReplyFormat", context: ReplyContext) -> ChoiceReply:
+    block = reply.block
+    if block is not None:
+        if not 0 <= block < len(context.block_alive):
+            raise _fail(f"field 'block': there is no block {block}; live blocks are "
+                        f"{', '.join(map(str, context.live_blocks)) or 'none'}", argument="block")
+        if not context.block_alive[block]:
+            raise _fail(f"field 'block': block {block} is already delivered; live blocks are "
+                        f"{', '.join(map(str, context.live_blocks)) or 'none'}", argument="block")
+    rationale = " ".join(reply.rationale.split())
+    return ChoiceReply(block, rationale[:MAX_ERROR_CHARS])
 
 
 def _format_error(err: pydantic.ValidationError) -> PlanError:
@@ -579,9 +753,10 @@ def _check_messages(messages: Sequence[MessageFormat], context: ReplyContext) ->
 # --- the corrective re-prompt ---------------------------------------------------------------
 
 
-def error_feedback(err: PlanError, purpose: Optional[str] = None) -> str:
+def error_feedback(err: PlanError, purpose: Optional[str] = None, context: Optional[ReplyContext] = None) -> str:
     """The user message that asks a model to correct its last reply: it quotes the error
-    (kind, action index, argument, message) and restates the expected format.
+    (kind, action index, argument, message) and restates the expected format (the example
+    fitted to ``context`` when given).
 
     >>> print(error_feedback(PlanError("plan_check", "push_block: block 1 is already delivered", 0, "block"), "message"))
     Your last reply could not be used. Error (plan_check) at action 0, argument 'block': push_block: block 1 is already delivered
@@ -597,7 +772,7 @@ def error_feedback(err: PlanError, purpose: Optional[str] = None) -> str:
     lines = [f"Your last reply could not be used. Error ({err.kind}){location}: {err.message}"]
     if purpose is not None:
         lines.append("Correct it and answer again with one JSON object and nothing else, of this form:")
-        lines.append(reply_example(purpose))
+        lines.append(reply_example(purpose, context))
     else:
         lines.append("Correct it and answer again with one JSON object and nothing else.")
     return "\n".join(lines)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from typing import Any, List, Optional
+from typing import Any, List, Optional, Tuple
 
 import numpy as np
 
@@ -53,11 +53,18 @@ class EpisodeState:
     gate: CallGate
     state: Any = None  # the JAX state (unbatched)
     next_plan_id: int = 0
+    partners: Tuple[PartnerState, ...] = ()  # every agent as the current phase began (snapshot_partners)
     _view: Optional[WorldView] = None
 
     @property
     def t(self) -> int:
         return self.recorder.t
+
+    def snapshot_partners(self) -> None:
+        """Every agent's stage, plan and action as a phase begins: what each member of the
+        phase sees of its teammates, whoever of them decides first."""
+        self.partners = tuple(PartnerState(s.index, s.stage, None if s.plan is None else s.plan.spec, s.action)
+                              for s in self.slots)
 
     @property
     def view(self) -> WorldView:
@@ -79,8 +86,7 @@ def build_context(es: EpisodeState, slot: AgentSlot, purpose: Purpose, view: Top
     if consume:
         slot.inbox, slot.feedback = [], []
     reason = Reason.MESSAGE if purpose == Purpose.INTERRUPT else slot.reason
-    partners = tuple(PartnerState(s.index, s.stage, None if s.plan is None else s.plan.spec, s.action)
-                     for s in es.slots if s.index != slot.index)
+    partners = tuple(p for p in (es.partners or ()) if p.agent != slot.index)
     return DecisionContext(
         agent=slot.index, name=slot.name, purpose=purpose, reason=reason, t=es.t, state=es.state,
         views=es.view, num_agents=len(es.slots), max_steps=es.max_steps, progress=progress, inbox=inbox,

@@ -28,6 +28,7 @@ class Phase:
         self.purposes: Dict[int, Purpose] = {
             i: Purpose.INTERRUPT if es.slots[i].stage == Stage.INTERRUPTED else Purpose.PLAN for i in self.members}
         self.committed: set = set()
+        es.snapshot_partners()
 
     @property
     def num_agents(self) -> int:

@@ -92,7 +92,7 @@ def close_ended_plans(es: EpisodeState, plan_view) -> None:
 
 
 def back_to_reasoning(es: EpisodeState, slot: AgentSlot, reason: Reason) -> None:
-    slot.plan, slot.plan_id = None, None
+    slot.plan, slot.plan_id, slot.action = None, None, None
     slot.reason = reason
     es.recorder.stage(slot, Stage.REASONING)
 

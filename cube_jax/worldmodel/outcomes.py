@@ -149,9 +149,16 @@ def read_episode(records: Sequence[Mapping[str, Any]], index: int = 0) -> Episod
     return EpisodeReading(world=dict(header.env), weights=weights, episode=episode, attempts=tuple(attempts))
 
 
+# What differs between two runs of the same deterministic episode: left out of its digest.
+TIMING_KEYS = ("wall", "latency_s")
+
+
 def trace_digest(records: Sequence[Mapping[str, Any]]) -> str:
-    """A short hash of the records' content (wall times included: two runs differ)."""
-    text = json.dumps(list(records), sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=str)
+    """A short hash of the records' content, timings aside: the same episode played again
+    by deterministic agents has the same digest (and is not added twice), so a run's world
+    model file is the same on every run and at every concurrency."""
+    content = [{k: v for k, v in record.items() if k not in TIMING_KEYS} for record in records]
+    text = json.dumps(content, sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=str)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
 
 
