@@ -31,6 +31,7 @@ def markdown_table(title: str, rows: list, columns: list) -> str:
 import importlib.util
 import json
 import re
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -52,6 +53,7 @@ def render_block(script: str, json_path: str) -> str:
     """What ``script``'s ``render`` makes of ``json_path`` (both relative to the repo root)."""
     spec = importlib.util.spec_from_file_location(f"_generated_{Path(script).stem}", ROOT / script)
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses and pickling look a module up by its name
     spec.loader.exec_module(module)
     body = module.render(json.loads((ROOT / json_path).read_text(encoding="utf-8")))
     return body if body.endswith("\n") else body + "\n"

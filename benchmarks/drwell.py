@@ -54,10 +54,10 @@ def language_team(env, spec: str):
     from cube_jax.llm.agent import LLMAgent
 
     if spec == "local":
-        from cube_jax.llm.local import LocalModel
+        from cube_jax.llm.local import MODEL_NAME, LocalServer
 
-        server = LocalModel.start()
-        client = ModelClient(server.model, base_url=server.base_url, timeout=600.0)
+        server = LocalServer()
+        client = ModelClient(MODEL_NAME, base_url=server.start(), timeout=600.0)
         return [LLMAgent(client)] + negotiator_team(env)[1:], server
     model, _, url = spec.partition("@")
     return [LLMAgent(ModelClient(model, base_url=url, timeout=600.0))] + negotiator_team(env)[1:], None
@@ -71,8 +71,9 @@ def play_series(world: str, series: str, episodes: int, figures: Path, llm: str 
     try:
         for seed in range(episodes):
             if series.startswith("language"):
-                agents, started = language_team(env, llm)
-                server = server or started
+                if server is not None:  # one server for the whole series
+                    server.stop()
+                agents, server = language_team(env, llm)
             else:
                 agents = negotiator_team(env)
             topology = make_topology("negotiation", env.num_agents, world_model=model)

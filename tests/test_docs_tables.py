@@ -26,6 +26,7 @@ EXPECTED = {
     "docs/drwell.md": {"benchmarks/drwell.py"},
     "docs/analytics.md": {"benchmarks/analytics_planners.py", "benchmarks/analytics_speed.py"},
     "docs/browser.md": {"benchmarks/web_browser.py"},
+    "docs/performance.md": {"benchmarks/throughput.py"},
 }
 
 

@@ -16,7 +16,7 @@ def test_default_ippo_config_is_the_cpu_preset_on_easy():
     assert cfg.algo == "ippo"
     assert cfg.env.scenario == "easy"
     # The preset trains with the potential-based shaping; the environment keeps the papers' reward.
-    assert cfg.shaping.enabled is True and cfg.shaping.reach_weight == 1.0
+    assert cfg.shaping.enabled is True and cfg.shaping.reach_weight == 2.0 and cfg.shaping.dense_coef == 0.3
     assert C.Config().shaping.enabled is False
     assert cfg.train.num_envs == 128 and cfg.num_seeds == 4  # small enough for a laptop CPU
 
@@ -27,7 +27,7 @@ def test_schema_defaults_are_the_documented_ones():
         "num_envs": 64, "num_steps": 32, "total_timesteps": 2_000_000, "update_epochs": 4, "num_minibatches": 4,
         "lr": 2.5e-3, "anneal_lr": True, "gamma": 0.99, "gae_lambda": 0.95, "clip_eps": 0.2, "ent_coef": 0.01,
         "vf_coef": 0.5, "max_grad_norm": 0.5, "num_devices": 0, "updates_per_call": 10, "stall_seconds": 120,
-        "stagger_start": True, "target_success": 0.9,
+        "stagger_start": True, "target_success": 0.9, "target_check_every": 5,
     }
     assert defaults["env"] == {"scenario": "easy", "n": None, "observation": "vector", "view_radius": 3,
                                "pool_size": 4096, "max_steps": None}
@@ -124,6 +124,8 @@ def test_later_files_override_earlier_ones(tmp_path):
         ("shaping.enabled=maybe", "shaping.enabled must be a valid boolean, got 'maybe'"),
         ("shaping.reach_weight=-1", "shaping.reach_weight must be greater than or equal to 0, got -1"),
         ("train.target_success=2", "train.target_success must be less than or equal to 1, got 2"),
+        ("train.target_check_every=0", "train.target_check_every must be greater than 0, got 0"),
+        ("shaping.dense_coef=-0.3", "shaping.dense_coef must be greater than or equal to 0, got -0.3"),
     ],
 )
 def test_bad_overrides_say_what_is_wrong(override, message):

@@ -107,6 +107,23 @@ def test_shaping_rewards_block_progress_only():
     assert float(ts.extras["shaping"]) == pytest.approx(0.0)
 
 
+def test_the_dense_term_is_a_distance_penalty_that_ends_with_the_task():
+    from cube_jax.rl.shaping import ShapingWrapper
+
+    env = cube_jax.make(scenario=cube_jax.Scenario(grid_size=6, agents=[(1, 0)], blocks=[(1, 2, 1)], max_steps=20))
+    shaped = ShapingWrapper(env, gamma=1.0)
+    state, _ = shaped.reset(jax.random.PRNGKey(0))
+    right = jnp.array([cube_jax.RIGHT], jnp.int32)
+    state, ts = shaped.step(state, right)  # next to the block: 3 columns still to go, K = 6
+    assert float(ts.extras["potential"]) == pytest.approx(-3 / 6)
+    state, ts = shaped.step(state, jnp.array([cube_jax.UP], jnp.int32))  # every step pays it again
+    assert float(ts.extras["potential"]) == pytest.approx(-3 / 6)
+    state, ts = shaped.step(state, jnp.array([cube_jax.DOWN], jnp.int32))
+    for _ in range(3):
+        state, ts = shaped.step(state, right)
+    assert bool(ts.terminated) and float(ts.extras["potential"]) == 0.0
+
+
 def test_reach_potential_measures_each_block_to_its_nearest_quorum():
     from cube_jax.rl.shaping import reach_potential
 
@@ -258,8 +275,10 @@ class CountingTrainer:
 def test_the_driver_runs_any_trainer(tmp_path, caplog):
     from cube_jax.rl import run
 
+    # The two seeds' skills (their evaluated success) are uniform draws from PRNGKey(0): 0.842 and 0.007.
     cfg = C.build("ippo", overrides=["num_seeds=2", "train.num_envs=4", "train.updates_per_call=2",
-                                     "train.target_success=0.5", f"output.root={tmp_path}", "output.name=counting",
+                                     "train.target_success=0.005", "train.target_check_every=2",
+                                     f"output.root={tmp_path}", "output.name=counting",
                                      "output.gif=false", "output.plot=false", "eval.episodes=3"])
     fetched = []
 
@@ -269,25 +288,27 @@ def test_the_driver_runs_any_trainer(tmp_path, caplog):
 
     with caplog.at_level(logging.INFO, logger="cube_jax"):
         summary = run.train_and_report(cfg, fetch=fetch, trainer=CountingTrainer(cfg))
-    # Chunk means of the training success: (1/6 + 2/6) / 2 = 0.25, then (3/6 + 4/6) / 2 = 0.58 >= 0.5: stop.
-    assert fetched == ["updates 1-2", "updates 3-4", "the evaluation"]
+    # The target is checked after every second call; both skills are >= 0.005 there: stop.
+    assert fetched == ["updates 1-2", "updates 3-4", "the target check", "the evaluation"]
     assert summary["updates"] == 4 and summary["env_steps"] == 4 * 10 * 2
     skills = np.asarray(jax.vmap(lambda k: jax.random.uniform(k))(jax.random.split(jax.random.PRNGKey(0), 2)))
-    best = int(np.argmax(skills))
-    assert summary["policy_seed_index"] == best
-    assert summary["eval"]["success_rate"] == pytest.approx(float(skills[best]))
+    np.testing.assert_allclose(skills, [0.8423, 0.0073], atol=1e-4)
+    assert summary["policy_seed_index"] == 0
+    assert summary["eval"]["success_rate"] == pytest.approx(float(skills[0]))
     np.testing.assert_allclose(summary["eval_per_seed"]["success_rate"], skills, rtol=1e-6)
     rows = [json.loads(line) for line in (tmp_path / "counting" / "metrics.jsonl").read_text().splitlines()]
     assert [r["episode_return"] for r in rows] == [-1.0, -2.0, -3.0, -4.0]
     meta = json.loads((tmp_path / "counting" / "checkpoint" / "policy.json").read_text())
-    assert meta["updates"] == 4 and meta["seed_index"] == best
+    assert meta["updates"] == 4 and meta["seed_index"] == 0
     lines = [r.getMessage() for r in caplog.records]
     assert lines[0] == f"run folder: {tmp_path / 'counting'}"
     assert [line.split()[1] for line in lines if line.startswith("update ")] == ["2/6", "4/6"]
-    per_seed = ", ".join(f"{i}: {s:.2f}" for i, s in enumerate(skills))
+    checks = [line for line in lines if line.startswith("greedy success")]
+    assert len(checks) == 1 and checks[0].startswith(
+        "greedy success (3 episodes, the papers' reward) per seed [0: 0.84, 1: 0.01]: every seed >= 0.005 after ")
     assert lines[-1] == (
-        f"eval (greedy, 3 episodes): seed {best} reported and saved: success {skills[best]:.2f}, "
-        f"blocks delivered {skills[best]:.2f}, return +0.000; success per seed: [{per_seed}]"
+        "eval (greedy, 3 episodes): seed 0 reported and saved: success 0.84, "
+        "blocks delivered 0.84, return +0.000; success per seed: [0: 0.84, 1: 0.01]"
     )
 
 
@@ -314,3 +335,59 @@ def test_the_outputs_examples_run():
     from cube_jax.rl import outputs
 
     assert doctest.testmod(outputs).attempted >= 1 and doctest.testmod(outputs).failed == 0
+
+
+def test_the_run_stops_only_when_every_seed_reaches_the_target():
+    from cube_jax.rl.run import every_seed_at_target
+
+    nan = float("nan")
+    assert not every_seed_at_target(np.array([1.0, 0.0, 0.95]), 0.9)  # seed 1 stalls: the run goes on
+    assert every_seed_at_target(np.array([0.9, 0.95]), 0.9)
+    assert not every_seed_at_target(np.array([1.0, nan]), 0.9)  # nothing measured is no success
+    assert not every_seed_at_target(np.array([1.0, 1.0]), None)
+
+
+class StallingTrainer(CountingTrainer):
+    """Like CountingTrainer, but each seed's training success is its drawn skill, for good:
+    the seed with the lower skill never reaches a target between the two."""
+
+    def update(self, state, num_updates):
+        state, metrics = super().update(state, num_updates)
+        return state, {**metrics, "success_rate": state["skill"]}
+
+
+def test_a_stalled_seed_keeps_the_run_going_and_shows_in_every_line(tmp_path, caplog):
+    from cube_jax.rl import run
+
+    # Skills 0.842 and 0.007 (CountingTrainer); the target lies between them.
+    cfg = C.build("ippo", overrides=["num_seeds=2", "train.num_envs=4", "train.updates_per_call=2",
+                                     "train.target_success=0.5", "train.target_check_every=1",
+                                     f"output.root={tmp_path}", "output.name=stalling", "output.gif=false",
+                                     "output.plot=false", "eval.episodes=3"])
+    with caplog.at_level(logging.INFO, logger="cube_jax"):
+        summary = run.train_and_report(cfg, trainer=StallingTrainer(cfg))
+    assert summary["updates"] == 6 and summary["seconds_to_target_success"] is None  # the whole budget
+    lines = [r.getMessage() for r in caplog.records]
+    progress = [line for line in lines if line.startswith("update ")]
+    assert len(progress) == 3 and all(line.endswith("success per seed [0: 0.84, 1: 0.01]") for line in progress)
+    checks = [line for line in lines if line.startswith("greedy success")]
+    assert checks == ["greedy success (3 episodes, the papers' reward) per seed [0: 0.84, 1: 0.01]"] * 3
+    assert lines[-1].endswith("success per seed: [0: 0.84, 1: 0.01]")
+
+
+def test_the_progress_line_shows_each_seeds_success():
+    from cube_jax.rl import outputs
+
+    rows = [
+        {"update": 9, "env_steps": 900, "episode_return": 0.5, "success_rate": 0.5, "blocks_delivered_frac": 0.5,
+         "success_rate_per_seed": [1.0, 0.0]},
+        {"update": 10, "env_steps": 1000, "episode_return": None, "success_rate": 0.45,
+         "blocks_delivered_frac": 0.6, "success_rate_per_seed": [0.9, None]},
+    ]
+    row = outputs.chunk_row(rows)
+    assert row["success_rate_per_seed"] == [0.95, 0.0]
+    assert outputs.progress_line(row, 20, 1234.0) == (
+        "update    10/20  env-steps       1,000      1,234 steps/s  return +0.500  success 0.47  "
+        "blocks delivered 0.55  success per seed [0: 0.95, 1: 0.00]"
+    )
+

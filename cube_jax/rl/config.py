@@ -134,7 +134,11 @@ class TrainSection(Section):
     updates_per_call: PositiveInt = Field(10, description="updates per jitted call (progress, checkpoint granularity)")
     stall_seconds: NonNegativeInt = Field(120, description="CPU only: the scripts stop a run idle this long (0: never)")
     stagger_start: bool = Field(True, description="first episodes start at random step counts (no lockstep)")
-    target_success: Optional[Fraction] = Field(0.9, description="stop once training success reaches it (null: never)")
+    target_success: Optional[Fraction] = Field(
+        0.9, description="stop once every seed's evaluated success (eval.greedy's way of acting, eval.episodes "
+        "episodes, the papers' reward) reaches it (null: never)",
+    )
+    target_check_every: PositiveInt = Field(5, description="jitted calls between two checks of target_success")
 
     @model_validator(mode="after")
     def _whole_minibatches(self):
@@ -159,6 +163,9 @@ class ShapingSection(Section):
     coef: NonNegative = Field(0.1, description="scale of the whole potential-based term")
     align_weight: NonNegative = Field(0.0, description="weight of the left-face quorum alignment")
     reach_weight: NonNegative = Field(0.0, description="weight of the nearest agents' distance to each left face")
+    dense_coef: NonNegative = Field(
+        0.0, description="scale of a per-step reward phi(s') - align_weight (<= 0, 0 once all is delivered)"
+    )
 
 
 class EvalSection(Section):

@@ -110,8 +110,24 @@ def smoothed(values: List[Optional[float]], window: int = 5) -> np.ndarray:
     return np.asarray(out)
 
 
+CURVES = (("success_rate", "success rate"), ("blocks_delivered_frac", "blocks delivered"),
+          ("episode_return", "episode return"))
+
+
+def seed_curves(rows: List[Dict[str, Any]], name: str) -> List[np.ndarray]:
+    """One smoothed curve per seed of metric ``name`` (a single curve for a one-seed run)."""
+    if rows and rows[0].get(name + "_per_seed") is not None:
+        count = len(rows[0][name + "_per_seed"])
+        return [smoothed([r[name + "_per_seed"][i] for r in rows]) for i in range(count)]
+    return [smoothed([r.get(name) for r in rows])]
+
+
 def plot_learning_curve(run_dir: Path, title: str, path: Optional[Path] = None) -> Path:
-    """learning_curve.png: success rate, blocks delivered and return against env steps."""
+    """learning_curve.png: success rate, blocks delivered and return of every seed against env steps.
+
+    Each seed has its own line and legend entry; the legend sits outside the axes, so it
+    covers no curve.
+    """
     import matplotlib
 
     matplotlib.use("Agg")
@@ -119,19 +135,21 @@ def plot_learning_curve(run_dir: Path, title: str, path: Optional[Path] = None) 
 
     rows = read_metrics(run_dir)
     steps = np.asarray([r["env_steps"] for r in rows], dtype=np.float64)
-    fig, (ax_rate, ax_ret) = plt.subplots(1, 2, figsize=(9, 3.2))
-    for name, label in (("success_rate", "success rate"), ("blocks_delivered_frac", "blocks delivered")):
-        ax_rate.plot(steps, smoothed([r.get(name) for r in rows]), label=label)
-    ax_rate.set_ylim(-0.02, 1.02)
-    ax_rate.set_xlabel("env steps")
-    ax_rate.legend(loc="lower right")
-    ax_ret.plot(steps, smoothed([r.get("episode_return") for r in rows]), color="tab:green")
-    ax_ret.set_xlabel("env steps")
-    ax_ret.set_ylabel("episode return")
+    fig, axes = plt.subplots(1, len(CURVES), figsize=(12, 3.2))
+    for ax, (name, label) in zip(axes, CURVES):
+        curves = seed_curves(rows, name)
+        for i, curve in enumerate(curves):
+            ax.plot(steps, curve, color=f"C{i % 10}", label=f"seed {i}" if len(curves) > 1 else "training")
+        if name != "episode_return":
+            ax.set_ylim(-0.02, 1.02)
+        ax.set_xlabel("env steps (all seeds)")
+        ax.set_title(label, fontsize=10)
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="center left", bbox_to_anchor=(1.0, 0.5), frameon=False)
     fig.suptitle(title)
     fig.tight_layout()
     path = Path(path) if path is not None else run_dir / CURVE_FILE
-    fig.savefig(path, dpi=80)
+    fig.savefig(path, dpi=80, bbox_inches="tight")
     plt.close(fig)
     return path
 
@@ -152,23 +170,43 @@ def write_gif(states, done: np.ndarray, path: Path) -> Path:
 
 def chunk_row(rows: List[Dict[str, Any]]) -> Dict[str, Any]:
     """The last row of a chunk with episode statistics averaged over the chunk's updates
-    (episodes of a synchronised batch end only in some updates)."""
+    (episodes of a synchronised batch end only in some updates), each seed's as well."""
     out = dict(rows[-1])
     for name in ("episode_return", "success_rate", "blocks_delivered_frac"):
         values = [r[name] for r in rows if r.get(name) is not None]
         out[name] = float(np.mean(values)) if values else None
+        if name + "_per_seed" in out:
+            per_update = np.asarray([[np.nan if v is None else v for v in r[name + "_per_seed"]] for r in rows], float)
+            ended = np.isfinite(per_update).any(axis=0)
+            means = np.nanmean(np.where(ended, per_update, 0.0), axis=0)
+            out[name + "_per_seed"] = [float(m) if e else None for m, e in zip(means, ended)]
     return out
 
 
+def per_seed_text(values) -> str:
+    """``"0: 1.00, 1: 0.75"``: one rate per seed, by seed index (`` - `` where a seed has none).
+
+    >>> per_seed_text([1.0, None, 0.5])
+    '0: 1.00, 1:  - , 2: 0.50'
+    """
+    return ", ".join(
+        f"{i}: {' - ' if v is None or not math.isfinite(v) else format(v, '.2f')}" for i, v in enumerate(values)
+    )
+
+
 def progress_line(row: Dict[str, Any], num_updates: int, steps_per_second: float) -> str:
+    """One chunk's progress; with several seeds the success rate of each follows the mean,
+    so a stalled seed shows while the run goes on."""
     def fmt(name, spec=".2f"):
         value = row.get(name)
         return "  -  " if value is None else format(value, spec)
 
+    seeds = row.get("success_rate_per_seed")
     return (
         f"update {row['update']:>5}/{num_updates}  env-steps {row['env_steps']:>11,}  "
         f"{steps_per_second:>9,.0f} steps/s  return {fmt('episode_return', '+.3f')}  "
         f"success {fmt('success_rate')}  blocks delivered {fmt('blocks_delivered_frac')}"
+        + (f"  success per seed [{per_seed_text(seeds)}]" if seeds is not None else "")
     )
 
 
@@ -181,7 +219,7 @@ def eval_line(summary: Dict[str, Any]) -> str:
     'eval (greedy, 128 episodes): seed 2 reported and saved: success 1.00, blocks delivered 1.00, return +1.250; success per seed: [0: 1.00, 1: 0.75, 2: 1.00, 3: 0.98]'
     """
     ev = summary["eval"]
-    per_seed = ", ".join(f"{i}: {rate:.2f}" for i, rate in enumerate(summary["eval_per_seed"]["success_rate"]))
+    per_seed = per_seed_text(summary["eval_per_seed"]["success_rate"])
     return (
         f"eval ({'greedy' if ev['greedy'] else 'sampled'}, {ev['episodes']} episodes): "
         f"seed {summary['policy_seed_index']} reported{' and saved' if 'checkpoint' in summary else ''}: "

@@ -153,6 +153,7 @@ class PPO:
             env = ShapingWrapper(env, t.gamma, shaping.align_weight, shaping.reach_weight)
         self.train_env = LogWrapper(AutoResetWrapper(FinalCriticInputWrapper(env, self.critic_kind)))
         self.shaping_coef = float(shaping.coef) if shaping.enabled else 0.0
+        self.dense_coef = float(shaping.dense_coef) if shaping.enabled else 0.0
         # The actor flattens every feature axis of one agent's observation (several for "grid").
         feature_dims = len(self.env.observation_shape) - 1
         self.actor, self.critic = build_networks(config.network.model_dump(), self.env.num_actions, feature_dims)
@@ -240,8 +241,9 @@ class PPO:
         log_prob = pi.log_prob(action)
         env_state, ts = jax.vmap(self.train_env.step)(runner.env_state, action)
         reward = ts.reward
-        if self.shaping_coef:
-            reward = reward + self.shaping_coef * ts.extras["shaping"][:, None]
+        if self.shaping_coef or self.dense_coef:
+            shaped = self.shaping_coef * ts.extras["shaping"] + self.dense_coef * ts.extras["potential"]
+            reward = reward + shaped[:, None]
         episode = {
             k: ts.extras[k]
             for k in ("returned_episode", "episode_return", "episode_length", "blocks_delivered", "success")

@@ -125,6 +125,13 @@ class Session:
         keys = jax.random.split(key, self.num_seeds)
         return self.fetch(self._evaluate(self.trainer.policy_params(state), keys), "the evaluation")
 
+    def evaluate_success(self, state, key: jax.Array) -> np.ndarray:
+        """float[seeds]: each seed's success rate in the configured way of acting (``eval.greedy``),
+        from the same evaluation as :meth:`evaluate`; what ``train.target_success`` is checked against."""
+        greedy, sampled, _ = self.fetch(self._evaluate(self.trainer.policy_params(state),
+                                                       jax.random.split(key, self.num_seeds)), "the target check")
+        return np.asarray((greedy if self.config.eval.greedy else sampled)["success_rate"], np.float64)
+
     def fetch(self, tree, what: str):
         """``tree`` on the host, through the session's ``fetch`` hook."""
         return self.fetch_fn(tree, what)
@@ -157,14 +164,17 @@ def save(session: Session, state, run_dir: Path, seed_index: int = 0) -> Path:
     )
 
 
-def _best_seed_success(success: np.ndarray) -> float:
-    """The best seed's training success rate over a chunk ``float[U, S]`` (NaN: no episode ended)."""
-    success = np.asarray(success, np.float64)
-    counted = np.isfinite(success).any(axis=0)  # bool[S]
-    if not counted.any():
-        return float("nan")
-    per_seed = np.nanmean(np.where(np.isfinite(success), success, np.nan)[:, counted], axis=0)
-    return float(per_seed.max())
+def every_seed_at_target(per_seed: np.ndarray, target: Optional[float]) -> bool:
+    """True when every seed's success rate ``float[S]`` has reached ``target``.
+
+    The run stops only then, so a stalled seed keeps the run going until the budget ends
+    instead of hiding behind a better one; a NaN (nothing measured) has not reached it.
+
+    >>> every_seed_at_target(np.array([0.95, 0.91]), 0.9), every_seed_at_target(np.array([1.0, 0.5]), 0.9)
+    (True, False)
+    """
+    per_seed = np.asarray(per_seed, np.float64)
+    return target is not None and bool(np.all(np.isfinite(per_seed) & (per_seed >= target)))
 
 
 def _seed_value(values: np.ndarray, seed_index: int):
@@ -242,12 +252,15 @@ def train_and_report(config: Config, run_dir: Optional[Path] = None, fetch: Fetc
         calls += 1
         rate = count * steps_per_update / max(now - t0, 1e-9)
         log.info(outputs.progress_line(outputs.chunk_row(rows), trainer.num_updates, rate))
-        success = _best_seed_success(metrics["success_rate"])
-        target = train.target_success
-        if target is not None and reached_target_at is None and success >= target:
-            reached_target_at = elapsed
-            seeds = " (best seed)" if session.num_seeds > 1 else ""
-            log.info("training success rate%s %.2f >= %s after %.1f s; stopping", seeds, success, target, elapsed)
+        if train.target_success is not None and calls % train.target_check_every == 0:
+            checked = session.evaluate_success(state, jax.random.PRNGKey(config.seed + 20_000))
+            at_target = every_seed_at_target(checked, train.target_success)
+            log.info("%s success (%d episodes, the papers' reward) per seed [%s]%s",
+                     "greedy" if config.eval.greedy else "sampled", config.eval.episodes,
+                     outputs.per_seed_text(checked),
+                     f": every seed >= {train.target_success} after {elapsed:.1f} s; stopping" if at_target else "")
+            if at_target:
+                reached_target_at = elapsed
         if out.checkpoint and (calls % out.checkpoint_every == 0 or reached_target_at is not None):
             save(session, state, run_dir)
         if reached_target_at is not None:
@@ -294,7 +307,8 @@ def train_and_report(config: Config, run_dir: Optional[Path] = None, fetch: Fetc
         save(session, state, run_dir, best)
         summary["checkpoint"] = str(run_dir / outputs.CHECKPOINT_DIR)
     if out.plot:
-        outputs.plot_learning_curve(run_dir, f"{config.algo.upper()} {trainer.env.name}")
+        title = f"{config.algo.upper()} {trainer.env.name}: training episodes (sampled actions)"
+        outputs.plot_learning_curve(run_dir, title)
     if out.gif:
         states, done = jax.tree.map(lambda x: x[best], film)  # the best seed's first greedy episode
         outputs.write_gif(states, done, run_dir / outputs.GIF_FILE)

@@ -20,8 +20,18 @@ papers' reward unchanged: the shaping term of a step ``s -> s'`` is
   face to the ``min(F_b, N)`` agents nearest to it. It draws agents back to blocks nobody
   is working on, for example the last block of "easy" once the others are delivered.
 
-The environment's own reward is untouched; the term is returned in
-``extras["shaping"]`` and the trainer adds ``coef * shaping`` when it is switched on.
+Being potential-based, that term changes no advantage once the critic has learned the
+shaped values: ``Q'(s, a) = Q(s, a) - phi(s)``. A seed whose policy never delivers the
+last block therefore gets no lasting signal from it to walk back (the stall at two blocks
+of three on "easy"). The second, dense term is a per-step reward ``phi(s') -
+align_weight`` (``<= 0``, and 0 exactly once every block is delivered): a distance penalty
+that ends when the task does, so walking towards a forgotten block pays for the rest of
+the episode whatever the policy does later. It shifts the optimum only towards finishing
+with less distance left over time, and evaluation never sees it.
+
+The environment's own reward is untouched; the terms are returned in
+``extras["shaping"]`` and ``extras["potential"]``, and the trainer adds
+``coef * shaping + dense_coef * potential`` when shaping is switched on.
 """
 from __future__ import annotations
 
@@ -93,7 +103,8 @@ def shaping_potential(state: State, align_weight: float = 0.0, reach_weight: flo
 
 
 class ShapingWrapper:
-    """Adds ``extras["shaping"]`` float32[] = gamma * phi(s') - phi(s) to every step.
+    """Adds ``extras["shaping"]`` float32[] = gamma * phi(s') - phi(s) and
+    ``extras["potential"]`` float32[] = phi(s') - align_weight to every step.
 
     Put it innermost (under the auto-reset) so that ``s'`` is the pre-reset state.
     """
@@ -112,10 +123,13 @@ class ShapingWrapper:
 
     def reset(self, key):
         state, ts = self._env.reset(key)
-        return state, ts.replace(extras=dict(ts.extras, shaping=jnp.float32(0.0)))
+        return state, ts.replace(extras=dict(ts.extras, shaping=jnp.float32(0.0), potential=jnp.float32(0.0)))
 
     def step(self, state: State, actions):
         before = self.potential(state)
         state, ts = self._env.step(state, actions)
-        shaping = self.gamma * self.potential(state) - before
-        return state, ts.replace(extras=dict(ts.extras, shaping=shaping))
+        after = self.potential(state)
+        shaping = self.gamma * after - before
+        # phi(s') shifted so that it is <= 0 and 0 exactly once every block is delivered.
+        dense = after - self.align_weight
+        return state, ts.replace(extras=dict(ts.extras, shaping=shaping, potential=dense))
