@@ -1,26 +1,30 @@
-"""Throughput of the CUBE step: env-steps/s against the number of envs and n.
+"""Throughput of the CUBE step: a sweep over team size and batch size, and the targets.
 
-Prints tables and writes ``benchmarks/results/throughput.json`` with two plots next to it
-(env-steps/s against envs, agent-steps/s against n). Every figure comes from this one run,
-so ratios between rows are meaningful even on a shared, noisy machine; absolute numbers
-are not.
+Writes ``benchmarks/results/throughput.json`` with a heat map next to it
+(``throughput_heatmap.png``: agent-steps/s against n = 4 at the same batch size) and, with
+``--doc``, the generated tables of ``docs/performance.md`` (see :func:`render`).
 
-    python benchmarks/throughput.py            # full sweep (several minutes on 2 CPU cores)
-    python benchmarks/throughput.py --quick    # small sweep, for a smoke check
+    nice -n 5 python benchmarks/throughput.py --doc                  # everything
+    python benchmarks/throughput.py --sections targets --out runs/t.json
+    python benchmarks/throughput.py --quick                          # smoke check
 
-Sections
-  reference   the plain-Python reference of DYNAMICS.md (tests/reference.py), one env
-  dynamics    random actions, no reset, no observation: the step rules alone; n from 1 to
-              256 with the batch shrinking as n grows (1024 envs at n = 8, 256 at 16, 64 at 32)
-  training    AutoResetWrapper + per-agent observations consumed, n = 4, 1024 envs, beside
-              Jumanji's LevelBasedForaging (20x20, 4 agents, 4 food) treated the same way:
-              a layout pool or a fresh layout for every episode (the default), vector or
-              egocentric observations; episode clocks start staggered, as in training, so
-              that episodes end at their natural rate (1 in max_steps env-steps); one row
-              with 32-step episodes shows the cost of frequent fresh resets
-  large n     n = 256, 64 envs, fresh layouts, egocentric observations, the same loop
-  reset       cost of a reset alone: fresh curriculum draw vs pool gather
-  latency     one jitted step of one env at large n (best of rounds of 100 calls back to back)
+The machine this runs on is shared: every comparison is made of A/B *pairs*, A and B timed
+back to back, and the median of the pairs' ratios is reported; absolute rates (medians of
+the rounds) are only meaningful within one run.
+
+Sections (``--sections``, comma-separated; default all)
+  sweep       the step rules alone (random actions, no reset, no observation) for every n
+              in SWEEP_NS and batch size in SWEEP_ENVS: agent-steps/s against n = 4 at the
+              same batch size, each cell paired with an n = 4 run timed just before it
+  targets     paired comparisons: fresh-layout AutoResetWrapper(make(n=4)) with vector
+              observations consumed against Jumanji's LevelBasedForaging (20x20, 4 agents,
+              4 food, auto-reset, observations consumed); the vmapped step at n = 4 with
+              2048 envs against the plain-Python reference (tests/reference.py) on one env;
+              n = 8 against n = 4 at 1024 envs
+  training    AutoResetWrapper + observations consumed at n = 4, 1024 envs (pool or fresh
+              layouts, vector or egocentric), and n = 256 with 64 envs (fresh, egocentric)
+  latency     one jitted step of one env (egocentric) at n = 64 and n = 256, best of rounds
+              of 100 calls back to back
 Memory is XLA's own estimate for the compiled rollout (arguments + outputs + temporaries).
 """
 from __future__ import annotations
@@ -138,28 +142,96 @@ def dynamics_rollout(env, steps: int):
     return jax.jit(rollout)
 
 
-def n_sweep_envs(n: int) -> int:
-    """Vmapped environments for team size n in the n sweep: 1024 up to n = 8, then 2^16 / n^2."""
-    return max(1, min(1024, 2**16 // (n * n)))
+# The sweep: every team size against every batch size.
+SWEEP_NS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 64, 128, 256)
+SWEEP_ENVS = (64, 256, 1024, 4096)
+SWEEP_AGENT_STEPS = 2**19  # agent-steps per timed rollout (steps = this / (n * envs), 4 .. 128)
+SWEEP_MAX_BYTES = 4 << 30  # a cell whose compiled rollout needs more is skipped
+# What the sweep must show: no cell below FLOOR_SMALL up to n = 32, none below FLOOR_LARGE above.
+FLOOR_SMALL, FLOOR_LARGE, FOLD_MAX_N = 0.5, 0.25, 32
 
 
-def dynamics_case(n: int, num_envs: int, steps: int) -> Case:
+def sweep_steps(n: int, num_envs: int) -> int:
+    return max(4, min(128, SWEEP_AGENT_STEPS // (n * num_envs)))
+
+
+def dynamics_case(n: int, num_envs: int, steps: int, max_bytes=None):
+    """The step rules alone, vmapped over ``num_envs`` (None when the rollout needs more than ``max_bytes``)."""
     env = cube_jax.make(n=n, pool_size=min(num_envs, 256))
     state, _ = jax.vmap(env.reset)(jax.random.split(jax.random.PRNGKey(0), num_envs))
     actions = _actions(jax.random.PRNGKey(1), ACTION_TABLE, num_envs, n)
     fn = dynamics_rollout(env, steps)
+    memory = _memory_bytes(fn, state, actions)
+    if max_bytes is not None and memory > max_bytes:
+        return None
     row = {
         "n": n,
         "grid": env.grid_size,
         "blocks": env.num_blocks,
         "envs": num_envs,
+        "steps": steps,
         "compile_s": _compile(fn, state, actions),
-        "memory_bytes": _memory_bytes(fn, state, actions),
+        "memory_bytes": memory,
     }
     return Case(row, fn, (state, actions), num_envs * steps, agents=n)
 
 
-def bench_reference(n: int, seconds: float) -> dict:
+def _seconds(case: Case) -> float:
+    t0 = time.perf_counter()
+    jax.block_until_ready(case.fn(*case.args))
+    return time.perf_counter() - t0
+
+
+def bench_sweep(ns, envs, rounds: int) -> dict:
+    """Agent-steps/s of every (n, envs) cell, each timed right after n = 4 at the same batch size."""
+    base, cells, skipped = {}, [], []
+    for e in envs:
+        base[e] = dynamics_case(4, e, sweep_steps(4, e))
+        for n in ns:
+            if n == 4:
+                continue
+            case = dynamics_case(n, e, sweep_steps(n, e), SWEEP_MAX_BYTES)
+            if case is None:
+                skipped.append({"n": n, "envs": e, "reason": f"compiled rollout above {SWEEP_MAX_BYTES >> 30} GiB"})
+            else:
+                cells.append(case)
+            print(f"  compiled sweep n={n} envs={e}", flush=True)
+    ratios = {id(c): [] for c in cells}
+    rates = {id(c): [] for c in cells + list(base.values())}
+    for _ in range(rounds):
+        for case in cells:
+            b = base[case.row["envs"]]
+            tb, tc = _seconds(b), _seconds(case)
+            rb, rc = b.env_steps * 4 / tb, case.env_steps * case.agents / tc
+            rates[id(b)].append(rb)
+            rates[id(case)].append(rc)
+            ratios[id(case)].append(rc / rb)
+    rows = []
+    for e in envs:
+        b = base[e]
+        rows.append(dict(b.row, kernel=_kernel(4, b.row["blocks"]), agent_steps_per_s=_median(rates[id(b)]), x_n4=1.0,
+                         x_n4_pairs=[1.0] * rounds))
+    for case in cells:
+        rows.append(dict(case.row, kernel=_kernel(case.row["n"], case.row["blocks"]),
+                         agent_steps_per_s=_median(rates[id(case)]), x_n4=_median(ratios[id(case)]),
+                         x_n4_pairs=ratios[id(case)]))
+    rows.sort(key=lambda r: (r["n"], r["envs"]))
+    return {"ns": list(ns), "envs": list(envs), "rounds": rounds, "cells": rows, "skipped": skipped}
+
+
+def _kernel(n: int, blocks: int) -> str:
+    from cube_jax.core.dynamics import FOLD_MAX_AGENTS, FOLD_MAX_BLOCKS
+
+    return "folded" if n <= FOLD_MAX_AGENTS and blocks <= FOLD_MAX_BLOCKS else "large"
+
+
+def _median(values) -> float:
+    return float(np.median(np.asarray(values, float)))
+
+
+def reference_burst(n: int):
+    """A function running the plain-Python reference (one env, random actions) for about
+    ``seconds`` and returning its env-steps/s."""
     sys.path.insert(0, str(ROOT))
     from tests import reference
 
@@ -175,16 +247,39 @@ def bench_reference(n: int, seconds: float) -> dict:
             max_steps=env.max_steps,
         )
 
-    world, steps = fresh(), 0
-    t0 = time.perf_counter()
-    while time.perf_counter() - t0 < seconds:
-        for _ in range(100):
-            world, _, terminated, truncated, _ = reference.step(world, [rng.randrange(5) for _ in range(n)])
-            steps += 1
-            if terminated or truncated:
-                world = fresh()
-    elapsed = time.perf_counter() - t0
-    return {"n": n, "envs": 1, "env_steps_per_s": steps / elapsed, "agent_steps_per_s": steps * n / elapsed}
+    world = [fresh()]
+
+    def burst(seconds: float) -> float:
+        steps, t0 = 0, time.perf_counter()
+        while time.perf_counter() - t0 < seconds:
+            for _ in range(100):
+                world[0], _, terminated, truncated, _ = reference.step(world[0], [rng.randrange(5) for _ in range(n)])
+                steps += 1
+                if terminated or truncated:
+                    world[0] = fresh()
+        return steps / (time.perf_counter() - t0)
+
+    return burst
+
+
+def paired(name: str, goal: float, a, b, pairs: int, unit: str = "env-steps/s") -> dict:
+    """Median over ``pairs`` of rate(a) / rate(b), a and b timed back to back (b first in
+    odd pairs, a first in even ones). ``a`` and ``b`` are callables returning a rate."""
+    ra, rb = [], []
+    for i in range(pairs):
+        if i % 2:
+            rb.append(b())
+            ra.append(a())
+        else:
+            ra.append(a())
+            rb.append(b())
+    ratios = [x / y for x, y in zip(ra, rb)]
+    return {"case": name, "goal": goal, "unit": unit, "x": _median(ratios), "x_pairs": ratios,
+            "a_median": _median(ra), "b_median": _median(rb)}
+
+
+def _rate(case: Case, per_agent: bool = False):
+    return lambda: case.env_steps * (case.agents if per_agent else 1) / _seconds(case)
 
 
 def training_case(n: int, num_envs: int, steps: int, observation: str, pool: int, max_steps=None) -> Case:
@@ -303,160 +398,247 @@ def bench_large(n: int, repeats: int, observation: str) -> dict:
     }
 
 
-def _plot(rows: list, path: Path) -> None:
+def bench_targets(pairs: int, steps: int) -> list:
+    rows = []
+    fresh = training_case(4, 1024, steps, "vector", 0)
+    lbf = lbf_case(1024, steps)
+    print("  compiled the LBF pair", flush=True)
+    if lbf is None:
+        rows.append({"case": "fresh-layout AutoResetWrapper(make(n=4)), 1024 envs / Jumanji LBF", "goal": 20.0,
+                     "skipped": "jumanji not installed (pip install -e '.[bench]')"})
+    else:
+        rows.append(paired("fresh-layout AutoResetWrapper(make(n=4)), 1024 envs / Jumanji LBF (auto-reset), 1024 envs",
+                           20.0, _rate(fresh), _rate(lbf), pairs))
+    dyn = dynamics_case(4, 2048, steps)
+    burst = reference_burst(4)
+    rows.append(paired("step rules, n = 4, 2048 envs / plain-Python reference, one env", 300.0,
+                       _rate(dyn), lambda: burst(0.5), pairs))
+    n8, n4 = dynamics_case(8, 1024, steps), dynamics_case(4, 1024, steps)
+    rows.append(paired("step rules, n = 8 / n = 4, 1024 envs each", 0.5,
+                       _rate(n8, per_agent=True), _rate(n4, per_agent=True), pairs, unit="agent-steps/s"))
+    return rows
+
+
+# --- output --------------------------------------------------------------------------------
+
+
+def _fmt(v: float) -> str:
+    return f"{v:.3g}" if abs(v) < 1e4 else f"{v:.2e}"
+
+
+def _below_floor(row: dict) -> bool:
+    return row["x_n4"] < (FLOOR_SMALL if row["n"] <= FOLD_MAX_N else FLOOR_LARGE)
+
+
+def render_sweep(sweep: dict) -> str:
+    """The sweep as an n x envs table of agent-steps/s against n = 4 (cells below the floor in bold)."""
+    cells = {(r["n"], r["envs"]): r for r in sweep["cells"]}
+    envs = sweep["envs"]
+    lines = ["| n | blocks | kernel | " + " | ".join(f"{e} envs" for e in envs) + " |",
+             "| --- | --- | --- | " + " | ".join("---" for _ in envs) + " |"]
+    for n in sweep["ns"]:
+        row = next((r for r in sweep["cells"] if r["n"] == n), None)
+        if row is None:
+            continue
+        out = []
+        for e in envs:
+            c = cells.get((n, e))
+            out.append("-" if c is None else (f"**{c['x_n4']:.2f}**" if _below_floor(c) else f"{c['x_n4']:.2f}"))
+        lines.append(f"| {n} | {row['blocks']} | {row['kernel']} | " + " | ".join(out) + " |")
+    base = [cells[(4, e)]["agent_steps_per_s"] for e in envs if (4, e) in cells]
+    lines.append("| n = 4 agent-steps/s | | | " + " | ".join(_fmt(v) for v in base) + " |")
+    return "\n".join(lines)
+
+
+def render_targets(targets: list, latency: list) -> str:
+    lines = ["| case | goal | median of pairs | pairs | A, B (medians) |", "| --- | --- | --- | --- | --- |"]
+    for t in targets:
+        if "skipped" in t:
+            lines.append(f"| {t['case']} | >= {t['goal']:g}x | skipped: {t['skipped']} | | |")
+            continue
+        span = f"{min(t['x_pairs']):.3g}-{max(t['x_pairs']):.3g}"
+        lines.append(f"| {t['case']} | >= {t['goal']:g}x | **{t['x']:.3g}x** | {len(t['x_pairs'])}: {span} | "
+                     f"{_fmt(t['a_median'])}, {_fmt(t['b_median'])} {t['unit']} |")
+    for r in latency:
+        lines.append(f"| one jitted step of one env, n = {r['n']} (k = {r['grid']}, {r['blocks']} blocks), "
+                     f"egocentric | {'< 1 ms' if r['n'] == 256 else ''} | **{r['step_ms']:.3g} ms** | best of "
+                     f"rounds of {LATENCY_CALLS} calls | |")
+    return "\n".join(lines)
+
+
+def render(data: dict) -> str:
+    """The tables ``docs/performance.md`` shows between its generated markers for this JSON."""
+    m = data["machine"]
+    parts = [f"Run of {m['date']}: JAX {m['jax']}, backend `{m['backend']}`, {m['cpus']} CPUs, load average "
+             f"{m['load_average_at_start'][0]:.1f} at the start and {m['load_average_at_end'][0]:.1f} at the end."]
+    if "targets" in data or "latency" in data:
+        parts += ["", "#### Targets", "", render_targets(data.get("targets", []), data.get("latency", []))]
+    if "sweep" in data:
+        s = data["sweep"]
+        parts += ["", f"#### Agent-steps/s against n = 4 at the same batch size (median of {s['rounds']} pairs)", "",
+                  render_sweep(s)]
+    if "before" in data:
+        parts += ["", "#### Before and after", "", render_before_after(data["before"], data)]
+    return "\n".join(parts) + "\n"
+
+
+def _summary(data: dict) -> dict:
+    """(label -> value) of the figures compared before and after."""
+    out = {}
+    for t in data.get("targets", []):
+        if "x" in t:
+            out[t["case"]] = t["x"]
+    for r in data.get("latency", []):
+        out[f"one step, n = {r['n']} (ms)"] = r["step_ms"]
+    for c in data.get("sweep", {}).get("cells", []):
+        if c["n"] != 4:
+            out[f"sweep n = {c['n']}, {c['envs']} envs, x n = 4"] = c["x_n4"]
+    return out
+
+
+def render_before_after(before: dict, now: dict) -> str:
+    b, a = _summary(before), _summary(now)
+    lines = [f"Before: `{before['source']}` (load average {before['machine']['load_average_at_start'][0]:.1f}); "
+             "after: this run. Ratios, except the latency rows (ms); the sweep rows list the cells above "
+             "n = 32 and those below the floor in either run.", "",
+             "| figure | before | after |", "| --- | --- | --- |"]
+    for label in a:
+        if label in b and not label.startswith("sweep"):
+            lines.append(f"| {label} | {b[label]:.3g} | {a[label]:.3g} |")
+    sweep = [label for label in a if label.startswith("sweep") and label in b]
+    worst_b = min(b[label] for label in sweep) if sweep else float("nan")
+    worst_a = min(a[label] for label in sweep) if sweep else float("nan")
+    for label in sweep:
+        if int(label.split()[3].rstrip(",")) > FOLD_MAX_N or min(a[label], b[label]) < FLOOR_SMALL:
+            lines.append(f"| {label} | {b[label]:.3g} | {a[label]:.3g} |")
+    lines.append(f"| sweep: lowest cell, x n = 4 | {worst_b:.3g} | {worst_a:.3g} |")
+    small = [label for label in sweep if int(label.split()[3].rstrip(",")) <= FOLD_MAX_N]
+    large = [label for label in sweep if label not in small]
+    for name, labels, floor in (("n <= 32", small, FLOOR_SMALL), ("n > 32", large, FLOOR_LARGE)):
+        if labels:
+            lines.append(f"| sweep: cells below {floor}x, {name} | {sum(b[x] < floor for x in labels)} of "
+                         f"{len(labels)} | {sum(a[x] < floor for x in labels)} of {len(labels)} |")
+    return "\n".join(lines)
+
+
+def _plot_heatmap(sweep: dict, path: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.colors import LogNorm
 
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for n in sorted({r["n"] for r in rows}):
-        pts = sorted((r["envs"], r["env_steps_per_s"]) for r in rows if r["n"] == n)
-        if len(pts) > 1:
-            ax.plot(*zip(*pts), marker="o", label=f"n={n}")
-    ax.set_xscale("log", base=2)
-    ax.set_yscale("log")
+    ns, envs = sweep["ns"], sweep["envs"]
+    cells = {(r["n"], r["envs"]): r["x_n4"] for r in sweep["cells"]}
+    grid = np.full((len(ns), len(envs)), np.nan)
+    for i, n in enumerate(ns):
+        for j, e in enumerate(envs):
+            grid[i, j] = cells.get((n, e), np.nan)
+    fig, ax = plt.subplots(figsize=(6, 7))
+    im = ax.imshow(grid, cmap="RdYlGn", norm=LogNorm(vmin=0.125, vmax=8), aspect="auto")
+    for i, n in enumerate(ns):
+        for j, e in enumerate(envs):
+            if not np.isnan(grid[i, j]):
+                ax.text(j, i, f"{grid[i, j]:.2f}", ha="center", va="center", fontsize=8,
+                        fontweight="bold" if grid[i, j] < (FLOOR_SMALL if n <= FOLD_MAX_N else FLOOR_LARGE) else None)
+    ax.set_xticks(range(len(envs)), [str(e) for e in envs])
+    ax.set_yticks(range(len(ns)), [str(n) for n in ns])
     ax.set_xlabel("vmapped environments")
-    ax.set_ylabel("env-steps/s")
-    ax.set_title("CUBE step throughput (random actions, no reset)")
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend()
+    ax.set_ylabel("n (agents)")
+    ax.set_title("agent-steps/s against n = 4 at the same batch size")
+    fig.colorbar(im, ax=ax, label="x n = 4")
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
 
 
-def _plot_scaling(rows: list, path: Path) -> None:
-    """Agent-steps/s of the step rules against n (the n sweep's batch sizes)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    pts = sorted((r["n"], r["agent_steps_per_s"], r["envs"]) for r in rows if r.get("n_sweep"))
-    fig, ax = plt.subplots(figsize=(6, 4))
-    ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o")
-    for n, rate, envs in pts:
-        ax.annotate(f"{envs}", (n, rate), textcoords="offset points", xytext=(0, 6), ha="center", fontsize=7)
-    base = next((p[1] for p in pts if p[0] == 4), None)
-    if base:
-        ax.axhline(base, color="grey", lw=0.8, ls="--", label="n = 4")
-        ax.axhline(base / 2, color="grey", lw=0.8, ls=":", label="half of n = 4")
-        ax.legend()
-    ax.set_xscale("log", base=2)
-    ax.set_yscale("log")
-    ax.set_xlabel("n (agents; the labels give the vmapped environments)")
-    ax.set_ylabel("agent-steps/s")
-    ax.set_title("CUBE step rules: agent-steps/s against team size")
-    ax.grid(True, which="both", alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+SECTIONS = ("sweep", "targets", "training", "latency")
+DOC = ROOT / "docs" / "performance.md"
+SCRIPT = "benchmarks/throughput.py"
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="a small sweep (smoke check)")
-    parser.add_argument("--envs", type=_positive_ints, help="env counts for the n=4 sweep, e.g. 1,64,2048")
-    parser.add_argument("--ns", type=_positive_ints, help="team sizes for the n sweep, e.g. 1,4,16,64")
-    parser.add_argument("--steps", type=int, default=64, help="steps per timed rollout (default 64)")
-    parser.add_argument("--repeats", type=int, default=5, help="timed rounds; the best is kept (default 5)")
+    parser.add_argument("--sections", default=",".join(SECTIONS), help=f"comma-separated, of {SECTIONS}")
+    parser.add_argument("--ns", type=_positive_ints, help="team sizes of the sweep (default SWEEP_NS)")
+    parser.add_argument("--sweep-envs", type=_positive_ints, help="batch sizes of the sweep (default SWEEP_ENVS)")
+    parser.add_argument("--steps", type=int, default=64, help="steps per timed rollout outside the sweep (default 64)")
+    parser.add_argument("--repeats", type=int, default=5, help="pairs per comparison / timed rounds (default 5)")
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "throughput.json")
+    parser.add_argument("--before", type=Path, help="an earlier run's JSON, carried into this one for the "
+                        "before/after table")
+    parser.add_argument("--doc", action="store_true", help="also rewrite the generated block of docs/performance.md")
+    parser.add_argument("--compile-cache", type=Path, help="a directory for JAX's persistent compilation cache "
+                        "(a second run of unchanged kernels then skips their compiles)")
     args = parser.parse_args(argv)
+    if args.compile_cache:
+        jax.config.update("jax_compilation_cache_dir", str(args.compile_cache))
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
     if args.steps < 1 or args.repeats < 1:
         parser.error("--steps and --repeats must be >= 1")
+    sections = [s for s in args.sections.split(",") if s]
+    if not set(sections) <= set(SECTIONS):
+        parser.error(f"--sections: expected some of {SECTIONS}, got {args.sections!r}")
 
     quick = args.quick
-    env_counts = args.envs or ([1, 64, 1024] if quick else [1, 16, 256, 1024, 2048, 4096, 16384])
-    ns = args.ns or ([1, 4, 16] if quick else [1, 2, 4, 8, 16, 32, 64, 128, 256])
     steps, repeats = args.steps, args.repeats
     results = {
         "machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "jax": jax.__version__,
                     "backend": jax.default_backend(), "devices": [str(d) for d in jax.devices()],
-                    "load_average_at_start": os.getloadavg()},
-        "args": {"steps": steps, "repeats": repeats, "quick": quick},
+                    "date": time.strftime("%Y-%m-%d %H:%M"), "load_average_at_start": os.getloadavg()},
+        "args": {"steps": steps, "repeats": repeats, "quick": quick, "sections": sections},
     }
-
     print(f"JAX {jax.__version__} on {jax.default_backend()} ({os.cpu_count()} CPUs), load average {os.getloadavg()[0]:.1f}")
-    ref = bench_reference(4, seconds=1.0 if quick else 3.0)
-    results["reference"] = [ref]
-    print(markdown_table("plain-Python reference (tests/reference.py), n=4, one env", [ref],
-                         ["n", "envs", "env_steps_per_s"]))
 
-    cases = []
-    for e in env_counts:
-        cases.append(dynamics_case(4, e, steps))
-        print(f"  compiled dynamics n=4 envs={e}", flush=True)
-    for n in ns:
-        e = n_sweep_envs(n)
-        case = next((c for c in cases if c.row["n"] == n and c.row["envs"] == e), None)
-        if case is None:
-            case = dynamics_case(n, e, steps if n <= 64 else 8)
-            cases.append(case)
-            print(f"  compiled dynamics n={n} envs={e}", flush=True)
-        case.row["n_sweep"] = True
-    sweep = measure(cases, repeats)
-    base = next((r for r in sweep if r["n"] == 4 and r["envs"] == n_sweep_envs(4)), None)
-    for row in sweep:
-        row["x_reference"] = row["env_steps_per_s"] / ref["env_steps_per_s"]
-        if base:
-            row["x_n4_per_agent"] = row["agent_steps_per_s"] / base["agent_steps_per_s"]
-    results["dynamics"] = sweep
-    cols = ["n", "grid", "blocks", "envs", "env_steps_per_s", "agent_steps_per_s", "x_n4_per_agent", "x_reference",
-            "compile_s", "memory_bytes"]
-    print(markdown_table("dynamics: random actions, no reset, vmapped", sweep, cols))
-
-    train_envs = 1024
-    cases = [
-        training_case(4, train_envs, steps, "vector", 4096),
-        training_case(4, train_envs, steps, "egocentric", 4096),
-        training_case(4, train_envs, steps, "vector", 0),
-        training_case(4, train_envs, steps, "egocentric", 0),
-        training_case(4, train_envs, steps, "vector", 0, max_steps=32),
-    ]
-    lbf_ = lbf_case(train_envs, steps)
-    if lbf_ is not None:
-        cases.append(lbf_)
-    print("  compiled the training-shaped loops", flush=True)
-    training = measure(cases, repeats)
-    if lbf_ is None:
-        training.append({"env": "jumanji LevelBasedForaging", "skipped": "jumanji not installed (pip install -e '.[bench]')"})
-    lbf = training[-1].get("env_steps_per_s")
-    for row in training:
-        if lbf and "env_steps_per_s" in row:
-            row["x_lbf"] = row["env_steps_per_s"] / lbf
-        if row.get("observation") == "egocentric":
-            vector = next(r for r in training if r.get("observation") == "vector" and r["layouts"] == row["layouts"])
-            row["x_vector"] = row["env_steps_per_s"] / vector["env_steps_per_s"]
-    results["training"] = training
-    print(markdown_table("training-shaped: auto-reset + observations consumed", training,
-                 ["env", "envs", "obs_per_agent", "env_steps_per_s", "x_lbf", "x_vector",
-                  "episodes_ended_per_1k_steps", "compile_s"]))
-
-    large_n, large_envs = (64, 16) if quick else (256, 64)
-    large_training = measure([training_case(large_n, large_envs, 8, "egocentric", 0)], repeats)
-    results["large_training"] = large_training
-    print(markdown_table("large n, training-shaped: auto-reset, fresh layouts, egocentric observations consumed",
-                 large_training, ["env", "envs", "obs_per_agent", "env_steps_per_s", "compile_s"]))
-
-    resets = bench_reset(4, 1024, repeats)
-    results["reset"] = resets
-    print(markdown_table("reset alone, n=4", resets, ["n", "reset", "envs", "resets_per_s"]))
-
-    large_ns = [16, 64] if quick else [64, 256]
-    large = [bench_large(n, max(repeats, 5), "egocentric") for n in large_ns]
-    results["large"] = large
-    print(markdown_table("one jitted step of one env (latency)", large,
-                 ["n", "grid", "blocks", "observation", "step_ms", "compile_s", "memory_bytes"]))
+    if "targets" in sections:
+        results["targets"] = bench_targets(repeats, steps)
+        print(render_targets(results["targets"], []))
+    if "latency" in sections:
+        results["latency"] = [bench_large(n, max(repeats, 5), "egocentric") for n in ([16, 64] if quick else [64, 256])]
+        print(render_targets([], results["latency"]))
+    if "sweep" in sections:
+        ns = args.ns or ((1, 4, 8, 64) if quick else SWEEP_NS)
+        envs = args.sweep_envs or ((64, 256) if quick else SWEEP_ENVS)
+        if 4 not in ns:
+            ns = sorted(set(ns) | {4})
+        results["sweep"] = bench_sweep(ns, envs, repeats)
+        print(render_sweep(results["sweep"]))
+    if "training" in sections:
+        cases = [
+            training_case(4, 1024, steps, "vector", 4096),
+            training_case(4, 1024, steps, "egocentric", 4096),
+            training_case(4, 1024, steps, "vector", 0),
+            training_case(4, 1024, steps, "egocentric", 0),
+            training_case(4, 1024, steps, "vector", 0, max_steps=32),
+            training_case(64 if quick else 256, 16 if quick else 64, 8, "egocentric", 0),
+        ]
+        print("  compiled the training-shaped loops", flush=True)
+        results["training"] = measure(cases, repeats)
+        print(markdown_table("training-shaped: auto-reset + observations consumed", results["training"],
+                             ["env", "envs", "obs_per_agent", "env_steps_per_s", "episodes_ended_per_1k_steps"]))
+        results["reset"] = bench_reset(4, 1024, repeats)
+        print(markdown_table("reset alone, n=4", results["reset"], ["n", "reset", "envs", "resets_per_s"]))
 
     results["machine"]["load_average_at_end"] = os.getloadavg()
+    if args.before:
+        before = json.loads(args.before.read_text())
+        before.pop("before", None)
+        before["source"] = str(args.before.resolve().relative_to(ROOT)) if args.before.resolve().is_relative_to(ROOT) \
+            else args.before.name
+        results["before"] = before
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(results, indent=2))
-    plot = args.out.with_suffix(".png")
-    _plot(sweep, plot)
-    scaling = args.out.with_name(args.out.stem + "_scaling.png")
-    _plot_scaling(sweep, scaling)
-    print(f"\nwrote {args.out}, {plot} and {scaling}")
+    print(f"\nwrote {args.out}")
+    if "sweep" in results:
+        heatmap = args.out.with_name(args.out.stem + "_heatmap.png")
+        _plot_heatmap(results["sweep"], heatmap)
+        print(f"wrote {heatmap}")
+    if args.doc:
+        from bench_common import write_generated
+
+        write_generated(DOC, SCRIPT, str(args.out.resolve().relative_to(ROOT)))
+        print(f"rewrote the generated block of {DOC}")
     return 0
 
 

@@ -1,10 +1,14 @@
 """The code paths for large teams against the reference.
 
-More than 32 agents or 32 blocks switches the step to the large kernel (pointer jumping
-for agent chains and blocked movers, boolean matrix products for composites); the
-random-world test in test_dynamics_property.py only reaches the folded kernel with at
-most 10 agents and 8 blocks, so a crowded world of 24 agents and 20 blocks checks the
-folded kernel near its limits too.
+Each phase of the step picks its kernel by its own axis: push phases fold while there are
+at most 32 blocks (over any number of agents), the movement phase while there are at most
+32 agents; beyond, the large kernel's phase runs (pointer jumping for agent chains and
+blocked movers, composites of more than 32 blocks composed by folds). The random-world
+test in test_dynamics_property.py only reaches the folded kernel with at most 10 agents and
+8 blocks, so crowded worlds check every combination: 40 agents and 34 blocks (both large
+phases), 40 agents and 12 blocks (folded push phase over more than 32 agents, large
+movement phase), 20 agents and 34 blocks (the other way round), 24 agents and 20 blocks (the folded kernel near its limits), and worlds
+with a lone agent or a lone block (whose fixed points the folded kernel skips).
 """
 import random
 
@@ -19,6 +23,11 @@ assert N_AGENTS > dynamics.FOLD_MAX_AGENTS and N_AGENTS > dynamics.FIXPOINT_MAX_
 assert N_BLOCKS > dynamics.FOLD_MAX_BLOCKS
 MEDIUM = (14, 24, 20)  # K, agents, blocks: the folded kernel with more than 8 blocks
 assert MEDIUM[1] <= dynamics.FOLD_MAX_AGENTS and MEDIUM[2] <= dynamics.FOLD_MAX_BLOCKS
+MANY_AGENTS_FEW_BLOCKS = (16, 40, 12)  # the folded push phase over 40 agents, the large movement phase
+assert MANY_AGENTS_FEW_BLOCKS[1] > dynamics.FOLD_MAX_AGENTS and MANY_AGENTS_FEW_BLOCKS[2] <= dynamics.FOLD_MAX_BLOCKS
+FEW_AGENTS_MANY_BLOCKS = (16, 20, 34)  # the large push phase, the folded movement phase
+assert FEW_AGENTS_MANY_BLOCKS[1] <= dynamics.FOLD_MAX_AGENTS and FEW_AGENTS_MANY_BLOCKS[2] > dynamics.FOLD_MAX_BLOCKS
+LONE = ((5, 1, 1), (5, 4, 1), (5, 1, 3))  # K, agents, blocks: a lone agent, a lone block, both
 
 
 def crowded_world(seed: int, k: int = K, n_agents: int = N_AGENTS, n_blocks: int = N_BLOCKS):
@@ -45,6 +54,25 @@ def test_large_team_paths_match_reference(seed):
 def test_crowded_folded_kernel_matches_reference(seed):
     world, main, rnd = crowded_world(seed, *MEDIUM)
     compare_episode(world, [lambda w: choose_actions(rnd, w, main)] * 12)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_large_team_with_few_blocks_matches_reference(seed):
+    world, main, rnd = crowded_world(seed, *MANY_AGENTS_FEW_BLOCKS)
+    compare_episode(world, [lambda w: choose_actions(rnd, w, main)] * 12)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_small_team_with_many_blocks_matches_reference(seed):
+    world, main, rnd = crowded_world(seed, *FEW_AGENTS_MANY_BLOCKS)
+    compare_episode(world, [lambda w: choose_actions(rnd, w, main)] * 12)
+
+
+@pytest.mark.parametrize("shape", LONE, ids=lambda s: f"k{s[0]}-n{s[1]}-b{s[2]}")
+@pytest.mark.parametrize("seed", range(3))
+def test_lone_agent_or_block_matches_reference(shape, seed):
+    world, main, rnd = crowded_world(seed, *shape)
+    compare_episode(world, [lambda w: choose_actions(rnd, w, main)] * 16)
 
 
 def test_lines_of_movers_follow_their_leaders():

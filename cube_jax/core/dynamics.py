@@ -9,14 +9,18 @@ independent of the grid size:
   bit row per agent (``N <= 32``) or by pointer jumping (larger ``N``);
 * composites: the pushed blocks plus everything downstream of them through "in front
   of" (a bit set grown hop by hop), split into connected components of the contact graph
-  by doubling on ``uint32`` bit rows (``B <= 32``) or boolean matrix products (larger B);
+  by doubling on ``uint32`` bit rows (``B <= 32``) or on boolean relations composed by folds
+  (larger B);
 * movement: blocked movers are resolved by iterating the rule to its fixed point (small
   N) or by pointer jumping along "the agent standing on my target".
 
-Two kernels compute this: the *folded* one for up to 32 agents and 32 blocks, where every
-relation is an unrolled fold of elementwise operations over one entity axis and every
-value read more than once is materialised in a *region* (see the section comment below
-and docs/dynamics.md), and the *large* one for bigger worlds.
+Two kernels compute this: the *folded* one, where every relation is an unrolled fold of
+elementwise operations over one entity axis and every value read more than once is
+materialised in a *region* (see the section comment below and docs/dynamics.md), and the
+*large* one. Each phase picks by its own axis: the push phases fold while there are at
+most 32 blocks (over more than 32 agents in chunks, with pointer jumping for lines of
+pushers), the movement phase while there are at most 32 agents; bigger worlds take the
+large kernel's phase, whose agent/block relations are folds as well.
 
 Layout. The kernel works on arrays whose LAST axis runs over environments: agent rows
 are ``int32[N, E]``, pair relations ``bool[N, B, E]`` and so on, so every operation
@@ -40,15 +44,15 @@ from jax import lax
 from jax.custom_batching import custom_vmap
 from jax.experimental.layout import Layout, with_layout_constraint
 
+from cube_jax.core.checks import MAX_GRID_SIZE
 from cube_jax.core.types import ACTION_DELTAS, DOWN, PUSH_ORDER, RIGHT, UP, EnvConfig, State, StepEvents
 
-# Bit rows are used for relations while every block (agent) fits in one uint32 word.
-BITSET_MAX_BLOCKS = 32
+# Lines of pushers are counted with one uint32 bit row per agent up to this many agents.
 BITSET_MAX_AGENTS = 32
 # Up to this many agents the blocked-mover rule is iterated to its fixed point directly;
 # above it, pointer jumping needs fewer rounds.
 FIXPOINT_MAX_AGENTS = 4
-# Worlds up to this size run through the folded kernel.
+# Push phases fold up to FOLD_MAX_BLOCKS blocks, the movement phase up to FOLD_MAX_AGENTS agents.
 FOLD_MAX_AGENTS = 32
 FOLD_MAX_BLOCKS = 32
 
@@ -104,37 +108,6 @@ def _fold_over(count: int, term, combine, init):
     return acc
 
 
-# --- bit sets ------------------------------------------------------------------------------
-
-
-def _or_reduce(x: jax.Array, axis: int) -> jax.Array:
-    return lax.reduce(x, jnp.uint32(0), lax.bitwise_or, (axis,))
-
-
-def _bit_weights(b: int) -> jax.Array:
-    return jnp.left_shift(jnp.uint32(1), jnp.arange(b, dtype=jnp.uint32))
-
-
-def _set_to_bits(m: jax.Array) -> jax.Array:
-    """bool[B, E] -> uint32[E]."""
-    return jnp.where(m, _bit_weights(m.shape[0])[:, None], jnp.uint32(0)).sum(0, dtype=jnp.uint32)
-
-
-def _rows_to_bits(m: jax.Array) -> jax.Array:
-    """bool[X, B, E] -> uint32[X, E]: row x has bit k set where m[x, k]."""
-    return jnp.where(m, _bit_weights(m.shape[1])[None, :, None], jnp.uint32(0)).sum(1, dtype=jnp.uint32)
-
-
-def _bits_to_set(v: jax.Array, b: int) -> jax.Array:
-    """uint32[E] -> bool[B, E]."""
-    return ((v[None, :] >> jnp.arange(b, dtype=jnp.uint32)[:, None]) & 1).astype(bool)
-
-
-def _bits_to_rows(rows: jax.Array, b: int) -> jax.Array:
-    """uint32[X, E] -> bool[X, B, E]."""
-    return ((rows[:, None, :] >> jnp.arange(b, dtype=jnp.uint32)[None, :, None]) & 1).astype(bool)
-
-
 # --- composites ----------------------------------------------------------------------------
 #
 # The blocks that can move in a phase are V = the pushed blocks plus everything downstream
@@ -144,55 +117,27 @@ def _bits_to_rows(rows: jax.Array, b: int) -> jax.Array:
 # So the composites are exactly the connected components of the contact graph inside V.
 
 
-def _composites_bits(front: jax.Array, pushed: jax.Array) -> Tuple[jax.Array, jax.Array]:
-    b = front.shape[0]
-    front_rows = _rows_to_bits(front)  # uint32[B, E]
-    movable = _set_to_bits(pushed)  # uint32[E]
-    # downstream hop by hop, then components by doubling, each to its fixed point
-    def hop(m):
-        return m | _or_reduce(jnp.where(_bits_to_set(m, b), front_rows, jnp.uint32(0)), 0)
+def composites(front: jax.Array, pushed: jax.Array) -> Tuple[jax.Array, jax.Array]:
+    """Composite membership for one push phase of the large kernel (more than 32 blocks).
 
-    movable = _until_stable(hop, movable)
-    in_v = _bits_to_set(movable, b)  # bool[B, E]
-    eye = jnp.eye(b, dtype=bool)[:, :, None]
-    touch = (front | jnp.swapaxes(front, 0, 1) | eye) & in_v[:, None] & in_v[None]
-    comp = _rows_to_bits(touch)  # uint32[B, E]
-    comp = _until_stable(lambda c: _or_reduce(jnp.where(_bits_to_rows(c, b), c[None], jnp.uint32(0)), 1), comp)
-    return _bits_to_rows(comp, b), in_v
-
-
-def _composites_dense(front: jax.Array, pushed: jax.Array) -> Tuple[jax.Array, jax.Array]:
+    ``front`` bool[B, B, E]: ``[j, k]`` when block k is in front of block j; ``pushed``
+    bool[B, E]: blocks with force > 0. Returns ``member`` bool[B, B, E] (``[x, y]`` when x
+    and y are in the same composite) and ``in_composite`` bool[B, E].
+    """
     b = front.shape[0]
     movable = _until_stable(lambda m: m | (m[:, None] & front).any(0), pushed)
     eye = jnp.eye(b, dtype=bool)[:, :, None]
     touch = (front | jnp.swapaxes(front, 0, 1) | eye) & movable[:, None] & movable[None]
 
     def square(rel):
-        t = rel.astype(jnp.float32)
-        return jnp.einsum("xye,yze->xze", t, t) > 0.5
+        # rel composed with itself as a fold over the middle block: batched tiny matrix
+        # products (or a reduction over y) run as scalar loops on CPU
+        return _fold_over(b, lambda y: rel[:, y][:, None] & rel[y][None], jnp.logical_or, jnp.zeros_like(rel))
 
     return _until_stable(square, touch), movable
 
 
-def composites(front: jax.Array, pushed: jax.Array) -> Tuple[jax.Array, jax.Array]:
-    """Composite membership for one push phase.
-
-    ``front`` bool[B, B, E]: ``[j, k]`` when block k is in front of block j; ``pushed``
-    bool[B, E]: blocks with force > 0. Returns ``member`` bool[B, B, E] (``[x, y]`` when x
-    and y are in the same composite) and ``in_composite`` bool[B, E].
-    """
-    if front.shape[0] <= BITSET_MAX_BLOCKS:
-        return _composites_bits(front, pushed)
-    return _composites_dense(front, pushed)
-
-
 # --- geometry ------------------------------------------------------------------------------
-
-
-def _in_squares(r, c, br, bc, w) -> jax.Array:
-    """bool[M, B, E]: cell (r[m], c[m]) lies in the w x w square of block b."""
-    r, c = r[:, None], c[:, None]
-    return (r >= br[None]) & (r < (br + w)[None]) & (c >= bc[None]) & (c < (bc + w)[None])
 
 
 def block_in_front(br, bc, w, alive, d: int) -> jax.Array:
@@ -208,6 +153,18 @@ def block_in_front(br, bc, w, alive, d: int) -> jax.Array:
         touching = (a + w)[None] == a[:, None]
     overlap = (x[None] < (x + w)[:, None]) & (x[:, None] < (x + w)[None])
     return touching & overlap & alive[:, None] & alive[None]
+
+
+# Cells as one int32 key, so that "same cell" is one comparison in the folds over agents:
+# with a stride above every column index plus one, two keys of cells within one cell of the
+# grid (targets included) are equal only for equal cells.
+CELL_KEY_STRIDE = 8192
+assert CELL_KEY_STRIDE > MAX_GRID_SIZE + 1 and (MAX_GRID_SIZE + 1) * CELL_KEY_STRIDE < 2**31
+NO_CELL = jnp.iinfo(jnp.int32).min  # a key no cell has
+
+
+def _cell_key(r, c) -> jax.Array:
+    return r * CELL_KEY_STRIDE + c
 
 
 def _pushers_ahead(ar, ac, pusher, d: int) -> jax.Array:
@@ -228,20 +185,25 @@ def _pushers_ahead(ar, ac, pusher, d: int) -> jax.Array:
         return lax.population_count((gaps & (jnp.uint32(0) - gaps)) - jnp.uint32(1)).astype(jnp.int32)
     # Pointer jumping: each agent points at the pusher right ahead of it (or at itself) and
     # counts hops; ceil(log2 N) rounds of ptr = ptr[ptr] reach the end of every line.
+    next_cell = _cell_key(ar + dr, ac + dc)
+    pusher_cell = jnp.where(pusher, _cell_key(ar, ac), NO_CELL)
+
     def right_ahead(j):  # agents with pusher j on the next cell ahead get j + 1
-        if dr:
-            found = (ac[j][None] == ac) & ((ar[j][None] - ar) * dr == 1)
-        else:
-            found = (ar[j][None] == ar) & ((ac[j][None] - ac) * dc == 1)
-        return jnp.where(found & pusher[j][None], j + 1, 0)
+        return jnp.where(pusher_cell[j][None] == next_cell, j + 1, 0)
 
     ahead = _fold_over(n, right_ahead, jnp.maximum, jnp.zeros(ar.shape, jnp.int32))  # 1 + index, or 0
     has = ahead > 0
     ptr = jnp.where(has, ahead - 1, jnp.arange(n, dtype=jnp.int32)[:, None])
     hops = has.astype(jnp.int32)
+
+    def jump(hops, ptr):
+        return hops + jnp.take_along_axis(hops, ptr, axis=0), jnp.take_along_axis(ptr, ptr, axis=0)
+
+    # Each round reads ptr twice; fused into the next round, a round would be recomputed
+    # for every read (2^rounds times in the last one), so every round is a region.
+    keep = jnp.any((ar | 1) != 0)  # always True: the region predicate
     for _ in range(ceil_log2(n)):
-        hops = hops + jnp.take_along_axis(hops, ptr, axis=0)
-        ptr = jnp.take_along_axis(ptr, ptr, axis=0)
+        hops, ptr = _region(keep, jump, hops, ptr)
     return hops
 
 
@@ -258,33 +220,40 @@ def _phase_result(d: int, ar, ac, br, bc, agent_moves, block_moves, engaged, mov
 
 def push_phase(cfg: EnvConfig, keep, d: int, actions, ar, ac, br, bc, w, alive, engaged, moved):
     """One push phase in direction d on [X, E] arrays; returns them updated and F per block."""
-    k = cfg.grid_size
-    dr, dc = ACTION_DELTAS[d]
+    k, b = cfg.grid_size, br.shape[0]
     pusher = actions == d
 
     # Agent chains: the first cell past a pusher's line of pushers must be a cell of block j.
-    # run, hit and agent_ahead are read many times: regions keep XLA from recomputing them
+    # Values read more than once come out of regions, so that XLA does not recompute them
     # (pointer jumping included) in every consumer.
     run = _region(keep, lambda *a: _pushers_ahead(*a, d) + 1, ar, ac, pusher)
 
-    def chains(ar, ac, run, br, bc, w, alive, pusher):
-        return _in_squares(ar + dr * run, ac + dc * run, br, bc, w) & alive[None] & pusher[:, None]
-
-    hit = _region(keep, chains, ar, ac, run, br, bc, w, alive, pusher)  # [N, B, E]
-    force = hit.sum(0, dtype=jnp.int32)  # F_j  [B, E]
+    # Agent/block relations are folds (over blocks, or over agents in chunks) rather than
+    # [N, B, E] arrays reduced over the block axis, which CPU code does as scalar loops.
+    target = _region(keep, functools.partial(_chain_targets, d), ar, ac, run, pusher, br, bc, w, alive)
+    force, cannot_move = _region(keep, lambda t, *a: (_forces(t, b), _stuck(d, k, *a)),
+                                 target, ar, ac, br, bc, w, moved)  # F_j [B, E], bool[B, E]
 
     member, in_composite = composites(block_in_front(br, bc, w, alive, d), force > 0)
-    tr, tc = br + dr, bc + dc
-    outside = (tr < 0) | (tc < 0) | (tr + w > k) | (tc + w > k)
-    agent_ahead = _region(keep, lambda ar, ac, tr, tc, w: _in_squares(ar, ac, tr, tc, w).any(0), ar, ac, tr, tc, w)
-    cannot_move = moved | outside | agent_ahead  # [B, E]
-    total_force = jnp.where(member, force[None], 0).sum(1)
-    total_weight = jnp.where(member, w[None], 0).sum(1)
-    blocked = (member & cannot_move[None]).any(1)
-    block_moves = in_composite & (total_force >= total_weight) & ~blocked  # [B, E]
-    agent_moves = (hit & block_moves[None]).any(1)  # [N, E]
 
-    return _phase_result(d, ar, ac, br, bc, agent_moves, block_moves, engaged | hit.any(1), moved, force)
+    def composite_moves(member, in_composite, force, w, cannot_move):
+        # per block: its composite's force minus its weight, and whether a block of it is stuck
+        def term(y):
+            return jnp.where(member[:, y], force[y] - w[y], 0), member[:, y] & cannot_move[y]
+
+        def combine(acc, t):
+            return acc[0] + t[0], acc[1] | t[1]
+
+        surplus, blocked = _fold_over(b, term, combine, (jnp.zeros(force.shape, jnp.int32), jnp.zeros(force.shape, bool)))
+        return in_composite & (surplus >= 0) & ~blocked
+
+    block_moves = _region(keep, composite_moves, member, in_composite, force, w, cannot_move)  # [B, E]
+
+    def chain_moves(target, block_moves):
+        return _fold_over(b, lambda j: (target == j + 1) & block_moves[j], jnp.logical_or, jnp.zeros(target.shape, bool))
+
+    agent_moves = _region(keep, chain_moves, target, block_moves)  # [N, E]
+    return _phase_result(d, ar, ac, br, bc, agent_moves, block_moves, engaged | (target > 0), moved, force)
 
 
 def movement_phase(cfg: EnvConfig, keep, actions, ar, ac, br, bc, w, alive, engaged):
@@ -298,23 +267,26 @@ def movement_phase(cfg: EnvConfig, keep, actions, ar, ac, br, bc, w, alive, enga
     tc = ac + jnp.where(actions == 3, -1, jnp.where(actions == 4, 1, 0))
     mover = ~engaged & (actions != 0)
 
-    # 1. walls and alive blocks
-    outside = (tr < 0) | (tr >= k) | (tc < 0) | (tc >= k)
-    into_block = _region(keep, lambda *a: (_in_squares(*a[:5]) & a[5][None]).any(1), tr, tc, br, bc, w, alive)
-    mover = mover & ~outside & ~into_block
+    # 1. walls and alive blocks (a fold over blocks: an any() over the block axis of
+    # [N, B, E] becomes a scalar loop per agent on CPU)
+    mover = _region(keep, functools.partial(_walls_and_blocks, k), tr, tc, mover, br, bc, w, alive)
 
     # 2. same target: the smallest id keeps its move
     def same_target(tr, tc, mover):
         ids = jnp.arange(n)[:, None]
+        target = _cell_key(tr, tc)
+        claim = jnp.where(mover, target, NO_CELL)
 
         def earlier_claim(j):  # mover j, with a smaller id, has my target
-            return (tr[j][None] == tr) & (tc[j][None] == tc) & mover[j][None] & (ids > j)
+            return (claim[j][None] == target) & (ids > j)
 
         return mover & ~_fold_over(n, earlier_claim, jnp.logical_or, jnp.zeros(tr.shape, bool))
 
     def occupants(tr, tc, ar, ac):
+        target, cell = _cell_key(tr, tc), _cell_key(ar, ac)
+
         def stands_on_target(j):
-            return jnp.where((tr == ar[j][None]) & (tc == ac[j][None]), j + 1, 0)
+            return jnp.where(target == cell[j][None], j + 1, 0)
 
         return _fold_over(n, stands_on_target, jnp.maximum, jnp.zeros(tr.shape, jnp.int32))
 
@@ -346,7 +318,7 @@ def movement_phase(cfg: EnvConfig, keep, actions, ar, ac, br, bc, w, alive, enga
     return jnp.where(mover, tr, ar), jnp.where(mover, tc, ac)
 
 
-# --- the folded kernel (up to 32 agents and 32 blocks) ------------------------------------
+# --- the folded kernel (push phases up to 32 blocks, movement up to 32 agents) ----------
 #
 # XLA on CPU emits a reduction over a small entity axis as an inner loop per output
 # element; LLVM vectorises across the environment axis only when it unrolls that loop
@@ -448,10 +420,8 @@ def _chain_targets(d: int, ar, ac, run, pusher, br, bc, w, alive) -> jax.Array:
 def _forces(target: jax.Array, b: int) -> jax.Array:
     """int32[B, E]: F_j, the number of agents in chains on block j."""
     ids = jnp.arange(1, b + 1, dtype=jnp.int32)[:, None]
-    force = jnp.zeros((b,) + target.shape[1:], jnp.int32)
-    for n in range(target.shape[0]):
-        force = force + (target[n][None] == ids).astype(jnp.int32)
-    return force
+    return _fold_over(target.shape[0], lambda n: (target[n][None] == ids).astype(jnp.int32), jnp.add,
+                      jnp.zeros((b,) + target.shape[1:], jnp.int32))
 
 
 def _front_rows(d: int, br, bc, w, alive) -> jax.Array:
@@ -501,33 +471,42 @@ def _stuck(d: int, k: int, ar, ac, br, bc, w, moved) -> jax.Array:
     """bool[B, E]: block j cannot move (moved already, would leave the grid, agent ahead)."""
     dr, dc = ACTION_DELTAS[d]
     tr, tc = br + dr, bc + dc
-    agent_ahead = jnp.zeros(br.shape, bool)
-    for n in range(ar.shape[0]):
-        agent_ahead = agent_ahead | ((ar[n] >= tr) & (ar[n] < tr + w) & (ac[n] >= tc) & (ac[n] < tc + w))
+
+    def ahead(n):
+        return (ar[n] >= tr) & (ar[n] < tr + w) & (ac[n] >= tc) & (ac[n] < tc + w)
+
+    agent_ahead = _fold_over(ar.shape[0], ahead, jnp.logical_or, jnp.zeros(br.shape, bool))
     outside = (tr < 0) | (tc < 0) | (tr + w > k) | (tc + w > k)
     return moved | outside | agent_ahead
 
 
 def push_phase_folded(cfg: EnvConfig, keep, d: int, actions, ar, ac, br, bc, w, alive, engaged, moved):
-    """:func:`push_phase` for up to 32 agents and 32 blocks, as folds in regions.
+    """:func:`push_phase` for up to 32 blocks (any number of agents), as folds in regions.
 
     Every value read more than once comes out of a region; independent values share one.
+    Folds over agents run in chunks of FOLD_CHUNK (see :func:`_fold_over`) above 32 agents.
     """
     b = br.shape[0]
     pusher = actions == d
 
     def start(ar, ac, pusher, br, bc, w, alive, moved):
-        run = _pushers_ahead_folded(ar, ac, pusher, d) + 1
+        # the bit-row count of pushers ahead sees 32 cells; longer lines need pointer jumping
+        ahead = _pushers_ahead_folded if ar.shape[0] <= BITSET_MAX_AGENTS else _pushers_ahead
+        run = ahead(ar, ac, pusher, d) + 1
         return run, _front_rows(d, br, bc, w, alive), _stuck(d, cfg.grid_size, ar, ac, br, bc, w, moved)
 
     run, front, stuck = _region(keep, start, ar, ac, pusher, br, bc, w, alive, moved)
     target = _region(keep, functools.partial(_chain_targets, d), ar, ac, run, pusher, br, bc, w, alive)
     force, touch = _region(keep, lambda t, f: (_forces(t, b), _touch_rows(f)), target, front)
     # V: the pushed blocks and everything downstream of them, hop by hop
-    movable = _until_stable(lambda m: _downstream_of(m, front), _fold_bits(list(force > 0)))
+    movable = _fold_bits(list(force > 0))
+    if b > 1:  # a lone block has nothing in front of it: V is the pushed set
+        movable = _until_stable(lambda m: _downstream_of(m, front), movable)
     # composites: connected components of the contact graph inside V, by doubling
     in_v = jnp.where(_has_bit(movable[None], jnp.arange(b)[:, None]), movable[None], jnp.uint32(0))
-    comp = _until_stable(_compose_rows, touch & in_v)
+    comp = touch & in_v
+    if b > 1:  # a lone block is its own composite
+        comp = _until_stable(_compose_rows, comp)
     block_moves, moves_bits = _region(keep, _block_moves, movable, comp, stuck, force, w)
     agent_moves = (target > 0) & _has_bit(moves_bits[None], jnp.maximum(target - 1, 0))
     return _phase_result(d, ar, ac, br, bc, agent_moves, block_moves, engaged | (target > 0), moved, force)
@@ -593,9 +572,10 @@ def movement_phase_folded(cfg: EnvConfig, keep, actions, ar, ac, br, bc, w, aliv
     mover = _region(keep, functools.partial(_walls_and_blocks, cfg.grid_size), tr, tc, mover, br, bc, w, alive)
     mover = _region(keep, _same_target, tr, tc, mover)
     mover, occupant = _region(keep, _swaps, ar, ac, tr, tc, mover)
-    # 4. blocked, to a fixed point (see movement_phase)
+    # 4. blocked, to a fixed point (see movement_phase); a lone agent has no one on its target
     if n <= FIXPOINT_MAX_AGENTS:
-        mover = _until_stable(lambda m: _unblocked_round(m, occupant), mover)
+        if n > 1:
+            mover = _until_stable(lambda m: _unblocked_round(m, occupant), mover)
     else:
         free, stuck = n, n + 1
         occupant_moves = _region(keep, _occupant_moves, mover, occupant)
@@ -615,9 +595,12 @@ def step_kernel(cfg: EnvConfig, ar, ac, br, bc, w, alive, actions):
     engaged = jnp.zeros(ar.shape, bool)
     moved = jnp.zeros(br.shape, bool)
     forces = []
-    folded = ar.shape[0] <= FOLD_MAX_AGENTS and br.shape[0] <= FOLD_MAX_BLOCKS
+    # The push phases fold over blocks and the movement phase over agents, so each picks its
+    # kernel by its own axis: teams of 64 or 128 with at most 32 blocks push through folds.
+    folded_push = br.shape[0] <= FOLD_MAX_BLOCKS
+    folded = ar.shape[0] <= FOLD_MAX_AGENTS
     keep = jnp.any((actions | 1) != 0)  # always True: the region predicate
-    phase = push_phase_folded if folded else push_phase
+    phase = push_phase_folded if folded_push else push_phase
     for d in PUSH_ORDER:
         ar, ac, br, bc, engaged, moved, force = phase(cfg, keep, d, actions, ar, ac, br, bc, w, alive, engaged, moved)
         forces.append(force)
