@@ -12,7 +12,6 @@ import contextlib
 import doctest
 import io
 import json
-import math
 import string
 import time
 from unittest import mock

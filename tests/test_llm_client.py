@@ -22,7 +22,6 @@ from cube_jax.llm import (
     ask,
     load_exchanges,
     decision_schema,
-    reply_schema,
 )
 from cube_jax.symbolic import parse_plan
 from tests.fake_openai import FakeOpenAI, Reply, closed_port_url

@@ -34,7 +34,6 @@ import atexit
 import contextlib
 import dataclasses
 import importlib.util
-import json
 import os
 import select
 import signal
