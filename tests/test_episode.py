@@ -7,8 +7,6 @@ compiles once per module.
 from __future__ import annotations
 
 import asyncio
-import io
-import json
 from pathlib import Path
 
 import pytest
@@ -28,8 +26,9 @@ from cube_jax.agents import (
     policy_agents,
     team_planner_team,
 )
-from cube_jax.evaluation import Episode, Limits, TraceWriter, read_trace, run_episode, run_episodes, validate_trace
+from cube_jax.evaluation import Episode, Limits, read_trace, run_episodes
 from cube_jax.symbolic import parse_plan
+from tests.trace_helpers import of, play
 
 STAY, UP, DOWN, LEFT, RIGHT = range(5)
 # Where a stage may go next (LLM.md section 2).
@@ -61,16 +60,6 @@ def plan(spec: str, text: str) -> Plan:
     return Plan(spec, tuple(parse_plan(text)))
 
 
-def play(env, agents, seed=0, **options):
-    buffer = io.StringIO()
-    result = run_episode(env, agents, seed=seed, trace=TraceWriter(buffer), **options)
-    records = [json.loads(line) for line in buffer.getvalue().splitlines()]
-    assert validate_trace(io.StringIO(buffer.getvalue())) is None, validate_trace(io.StringIO(buffer.getvalue()))
-    return result, records
-
-
-def of(records, kind, **match):
-    return [r for r in records if r["type"] == kind and all(r.get(k) == v for k, v in match.items())]
 
 
 def stages(records, agent):

@@ -15,13 +15,13 @@ import pytest
 
 import cube_jax
 from cube_jax.agents import heuristic_team
-from cube_jax.evaluation import Episode, TraceWriter, arun_episodes, run_episode, validate_trace
+from cube_jax.evaluation import Episode, TraceWriter, arun_episodes
 from cube_jax.llm import ModelClient, RecordingClient, ReplayClient
 from cube_jax.llm.agent import LLMAgent
 from cube_jax.llm.prompts import PromptBook, write_default_templates
 from tests.fake_openai import FakeOpenAI, closed_port_url
 from tests.sound_model import responder
-from tests.trace_helpers import per_agent
+from tests.trace_helpers import per_agent, play
 
 TOPOLOGIES = ["individual", "debate", "centralized", "decentralized"]
 KEY = "sk-test-4f9c2b"
@@ -35,13 +35,6 @@ def hard():
 def strip_wall(records):
     return [{k: v for k, v in r.items() if k != "wall"} for r in records]
 
-
-def play(env, agents, seed=0, **options):
-    buffer = io.StringIO()
-    result = run_episode(env, agents, seed=seed, trace=TraceWriter(buffer), **options)
-    text = buffer.getvalue()
-    assert validate_trace(io.StringIO(text)) is None, validate_trace(io.StringIO(text))
-    return result, [json.loads(line) for line in text.splitlines()]
 
 
 def llm_team(server, count, **options):

@@ -13,11 +13,13 @@ import pytest
 
 import cube_jax
 from cube_jax.agents import Agent, Decision, NegotiatorAgent, Plan, Purpose, ScriptedAgent, negotiator_team
-from cube_jax.evaluation import Episode, Limits, TraceWriter, run_episode, run_episodes, validate_trace
+from cube_jax.evaluation import Episode, Limits, TraceWriter, run_episodes
 from cube_jax.runtime import make_topology
 from cube_jax.symbolic import parse_plan
 from cube_jax.trace import read_trace
 from cube_jax.worldmodel import WorldModel
+from tests.trace_helpers import of
+from tests.trace_helpers import play as play_traced
 
 
 @pytest.fixture(scope="module")
@@ -26,17 +28,8 @@ def hard():
 
 
 def play(env, agents, seed=0, **options):
-    buffer = io.StringIO()
-    result = run_episode(env, agents, seed=seed, trace=TraceWriter(buffer), topology=options.pop("topology",
-                                                                                                  "negotiation"),
-                         **options)
-    text = buffer.getvalue()
-    assert validate_trace(io.StringIO(text)) is None, validate_trace(io.StringIO(text))
-    return result, [json.loads(line) for line in text.splitlines()]
+    return play_traced(env, agents, seed, **{"topology": "negotiation", **options})
 
-
-def of(records, record_type, **match):
-    return [r for r in records if r["type"] == record_type and all(r.get(k) == v for k, v in match.items())]
 
 
 def check_room_rules(records):

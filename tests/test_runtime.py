@@ -8,7 +8,6 @@ model call made is recorded whatever ends the episode.
 from __future__ import annotations
 
 import collections
-import io
 import json
 import os
 import signal
@@ -21,14 +20,14 @@ import pytest
 
 import cube_jax
 from cube_jax.agents import Agent, Decision, OutgoingMessage, Plan, Purpose, ScriptedAgent, heuristic_team
-from cube_jax.evaluation import Limits, TraceWriter, run_episode, validate_trace
+from cube_jax.evaluation import Limits
 from cube_jax.llm import ModelClient
 from cube_jax.llm.agent import LLMAgent
 from cube_jax.runtime import Episode, make_topology
 from cube_jax.symbolic import parse_plan
 from tests.fake_openai import FakeOpenAI, closed_port_url
 from tests.sound_model import responder
-from tests.trace_helpers import per_agent
+from tests.trace_helpers import of, per_agent, play
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -47,16 +46,6 @@ def row():
     return cube_jax.make(scenario=ROW)
 
 
-def play(env, agents, seed=0, **options):
-    buffer = io.StringIO()
-    result = run_episode(env, agents, seed=seed, trace=TraceWriter(buffer), **options)
-    text = buffer.getvalue()
-    assert validate_trace(io.StringIO(text)) is None, validate_trace(io.StringIO(text))
-    return result, [json.loads(line) for line in text.splitlines()]
-
-
-def of(records, kind, **match):
-    return [r for r in records if r["type"] == kind and all(r.get(k) == v for k, v in match.items())]
 
 
 def stage_seconds(records, agent):

@@ -1,7 +1,26 @@
-"""Comparing traces as the agents lived them (the runtime writes records in time order)."""
+"""Playing a traced episode in tests, picking records, and comparing traces as the agents
+lived them (the runtime writes records in time order)."""
 from __future__ import annotations
 
 import collections
+import io
+import json
+
+from cube_jax.evaluation import TraceWriter, run_episode, validate_trace
+
+
+def play(env, agents, seed=0, **options):
+    """Plays one episode into an in-memory trace; (result, records), the trace validated."""
+    buffer = io.StringIO()
+    result = run_episode(env, agents, seed=seed, trace=TraceWriter(buffer), **options)
+    text = buffer.getvalue()
+    assert validate_trace(io.StringIO(text)) is None, validate_trace(io.StringIO(text))
+    return result, [json.loads(line) for line in text.splitlines()]
+
+
+def of(records, record_type, **match):
+    """The records of ``record_type`` whose keys equal ``match``."""
+    return [r for r in records if r["type"] == record_type and all(r.get(k) == v for k, v in match.items())]
 
 
 def per_agent(records, drop=("wall",)):
