@@ -77,13 +77,9 @@ def plot_graph(model, path) -> Path:
         total = sum(e.blocks_total for e in model.episodes)
         axes.set_title(f"World model of {world_name(model.world)}: {len(model.episodes)} episodes, "
                        f"{delivered} of {total} blocks delivered (node size: attempts)", fontsize=12)
-        figure.tight_layout()
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        figure.savefig(path, dpi=110)
+        return _save(figure, path)
     finally:
         plt.close(figure)
-    return path
 
 
 def _rows(model) -> Tuple[Dict[str, float], Dict[str, str]]:
@@ -180,10 +176,15 @@ def plot_trend(model, path) -> Path:
         if episodes:
             axes.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
         axes.set_title(f"Block completion per episode: {world_name(model.world)}", fontsize=11)
-        figure.tight_layout()
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        figure.savefig(path, dpi=110)
+        return _save(figure, path)
     finally:
         plt.close(figure)
+
+
+def _save(figure, path) -> Path:
+    """Writes ``figure`` as the PNG ``path`` (its folder made when missing)."""
+    figure.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=110)
     return path
