@@ -233,3 +233,31 @@ def test_the_prompt_switches_are_off_by_default_and_recorded_when_on(hard):
     later = [p for p in prompts if "COOPERATION CONSTRAINTS AFTER YOUR LAST STEP" in p]
     assert later and re.search(r"Block \d needs \d agents on its (up|down|left|right) face pushing at the same "
                                r"step\.\n- spatial: \d of \d agents aligned", later[0])
+
+
+def test_feedback_shows_the_counts_of_the_step_record_of_the_agents_last_step(hard):
+    """--feedback (EmCoop's RQ3): the constraints a prompt shows are those of the trace's step
+    record for the agent's last step, on the face the agent was aligned with."""
+    with FakeOpenAI(responder=responder) as server:
+        client = ModelClient("fake-model", base_url=server.url)
+        _, records = play(hard, [LLMAgent(client, feedback=True) for _ in range(3)], topology="individual")
+        prompts = [r.body["messages"][1]["content"] for r in server.completions]
+    steps = {r["t"]: r for r in records if r["type"] == "step"}
+    shown = re.compile(r"COOPERATION CONSTRAINTS AFTER YOUR LAST STEP \(t=(\d+), push_block\((\d+), (\w+)\)\)\n"
+                       r"Block (\d+) needs (\d+) agents on its (\w+) face pushing at the same step\.\n"
+                       r"- spatial: (\d+) of \d+ agents aligned.*\n- temporal: (\d+) of .*\n- participation: (\d+) of")
+    checked = 0
+    for prompt in prompts:
+        m = shown.search(prompt)
+        if m is None:
+            continue
+        t, block, face = int(m[1]), m[4], m[6]
+        assert m[2] == block
+        step = steps[t]
+        assert f"push_block({block}, {m[3]})" in step["symbolic"].values()
+        counts = step["tasks"].get(f"{block}:{face}", {"spatial": 0, "temporal": 0, "participation": 0})
+        assert (int(m[7]), int(m[8]), int(m[9])) == (counts["spatial"], counts["temporal"], counts["participation"])
+        if "required" in counts:
+            assert int(m[5]) == counts["required"]
+        checked += 1
+    assert checked >= 3

@@ -30,7 +30,7 @@ import abc
 import dataclasses
 import enum
 import functools
-from typing import Any, Callable, Dict, List, Optional, Protocol, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Protocol, Tuple
 
 import jax
 import numpy as np
@@ -285,6 +285,9 @@ class DecisionContext:
     partners: Tuple["PartnerState", ...] = ()  # every teammate's state (COBLOCK's partner state)
     sent: Tuple[Message, ...] = ()  # the messages this agent sent recently (oldest first)
     negotiation: Optional[NegotiationView] = None  # set in a negotiation room (and when planning after one)
+    # the task the agent's last step worked on, counted in that step record's ``tasks``: t, action,
+    # block, face, required, counts {spatial, temporal, participation}, violated; None if no block
+    last_task: Optional[Mapping[str, Any]] = None
 
     @functools.cached_property
     def rng(self) -> np.random.Generator:

@@ -283,29 +283,12 @@ def _negotiation(ctx: DecisionContext) -> Optional[Dict[str, Any]]:
 
 
 def constraint_feedback(ctx: DecisionContext) -> Optional[Dict[str, Any]]:
-    """The cooperation constraints of the block the agent's last step worked on (EmCoop's RQ3
-    feedback), counted by the trace's ``tasks`` rule (LLM.md section 5) on the face the agent
-    is aligned with (the left face when none): ``spatial`` agents aligned, ``temporal``
-    aligned agents whose current symbolic action pushes that block, ``participation`` the
-    aligned agents able to help (all of them in CUBE), each against the block's weight.
-    None when the last step worked on no live block."""
-    last = ctx.history[-1] if ctx.history else None
-    if last is None or last.action is None or "block" not in last.action.args:
-        return None
-    block = int(last.action.args["block"])
-    views = ctx.views
-    if block >= len(views.blocks) or not views.blocks[block].alive:
-        return None
-    face = views.aligned_face(ctx.agent, block) or "left"
-    fv = views.blocks[block].faces[face]
-    weight = views.blocks[block].weight
-    aligned = set(fv.aligned)
-    acting = {p.agent: p.action for p in ctx.partners}
-    acting[ctx.agent] = str(last.action)
-    pushing = {i for i in aligned if (acting.get(i) or "").startswith(f"push_block({block},")}
-    counts = {"spatial": len(aligned), "temporal": len(pushing), "participation": len(aligned)}
-    return {"t": last.t, "action": str(last.action), "block": block, "face": face, "required": weight,
-            "counts": counts, "violated": [k for k, n in counts.items() if n < weight]}
+    """The cooperation constraints of the task the agent's last step worked on (EmCoop's RQ3
+    feedback): the block of its symbolic action, the face it was aligned with, and that
+    face's ``spatial``, ``temporal`` and ``participation`` counts from the step record's
+    ``tasks`` (LLM.md section 5) against the block's weight, with the ones ``violated``
+    (:func:`cube_jax.runtime.stepping.last_task`). None when that step worked on no live block."""
+    return dict(ctx.last_task) if ctx.last_task is not None else None
 
 
 def write_default_templates(directory: Union[str, os.PathLike]) -> List[Path]:

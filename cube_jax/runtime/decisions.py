@@ -93,7 +93,7 @@ def build_context(es: EpisodeState, slot: AgentSlot, purpose: Purpose, view: Top
         feedback=feedback, topology=view, history=tuple(slot.history),
         validate=lambda decision, _i=slot.index, _p=purpose, _v=view: check_decision(es, _i, _p, _v, decision),
         seed=es.seed, step_cost=es.env.cfg.step_cost, calls=es.gate.ledger(slot.index, purpose.value),
-        partners=partners, sent=tuple(slot.sent), negotiation=negotiation,
+        partners=partners, sent=tuple(slot.sent), negotiation=negotiation, last_task=slot.last_task,
     )
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import time
-from typing import Any, Callable, Deque, List, Optional
+from typing import Any, Callable, Deque, Dict, List, Optional
 
 from cube_jax.agents.base import Agent, Message, Plan, Reason, Stage
 from cube_jax.symbolic.actions import PlanError
@@ -36,6 +36,8 @@ class AgentSlot:
     last_error: Optional[PlanError] = None
     last_status: str = "done"
     action: Optional[str] = None  # the symbolic action it executed at the last step, as text
+    # the task its last step worked on, with that step record's ``tasks`` counts (stepping.last_task)
+    last_task: Optional[Dict[str, Any]] = None
 
 
 class Recorder:

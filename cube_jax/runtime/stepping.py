@@ -8,7 +8,7 @@ the last plan events when the episode ends.
 """
 from __future__ import annotations
 
-from typing import Any, Dict, Mapping, Sequence, Tuple
+from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -44,6 +44,8 @@ def step_environment(es: EpisodeState, plan_view) -> Tuple[bool, bool, float]:
             ctx = build_context(es, slot, Purpose.PLAN, plan_view(slot.index), consume=False)
             primitives[slot.index] = checked_primitive(slot, slot.agent.primitive(ctx))
     tasks = step_tasks(view, primitives, running, alone)
+    for slot in es.slots:
+        slot.last_task = last_task(view, slot.index, running.get(slot.index), tasks, es.recorder.t)
     es.state, ts = es.env.step(es.state, primitives)
     reward = [float(str(x)) for x in np.asarray(ts.reward, np.float32)]  # float32 values, shortest text
     delivered = [int(j) for j in np.flatnonzero(np.asarray(ts.events.block_delivered))]
@@ -137,6 +139,25 @@ def checked_primitive(slot: AgentSlot, value) -> int:
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) or not 0 <= int(value) <= 4:
         raise ValueError(f"{slot.name} ({slot.agent.kind}): primitive must be an int in 0..4, got {value!r}")
     return int(value)
+
+
+def last_task(view: WorldView, agent: int, action: Any, tasks: Mapping[str, Any], t: int) -> Optional[Dict[str, Any]]:
+    """The task the agent's step from ``t`` worked on, as its ``--feedback`` shows it (EmCoop's
+    RQ3): the block of its symbolic action, the face it was aligned with before the step (the
+    left face when none), and that face's counts in the step record's ``tasks`` (zeros when
+    the record has no entry for it); ``violated`` lists the counts below the block's weight.
+    None when the step worked on no live block."""
+    if action is None or "block" not in action.args:
+        return None
+    block = int(action.args["block"])
+    if block >= len(view.blocks) or not view.blocks[block].alive:
+        return None
+    face = view.aligned_face(agent, block) or "left"
+    entry = tasks.get(f"{block}:{face}", {})
+    weight = view.blocks[block].weight
+    counts = {k: int(entry.get(k, 0)) for k in ("spatial", "temporal", "participation")}
+    return {"t": t, "action": str(action), "block": block, "face": face, "required": weight, "counts": counts,
+            "violated": [k for k, n in counts.items() if n < weight]}
 
 
 def step_tasks(view: WorldView, primitives: np.ndarray, running: Mapping[int, Any], primitive_agents: Sequence[bool]):
