@@ -19,6 +19,7 @@ from cube_jax.rl.config import Config, ConfigError, build
 log = logging.getLogger("baselines")
 
 STALL_EXIT_CODE = 3
+DISTRIBUTED_EXIT_CODE = 4  # a process could not join the others (distributed.*)
 
 
 class _PlainFormatter(logging.Formatter):
@@ -142,9 +143,13 @@ def main(algo: str, argv: Optional[List[str]] = None) -> Dict[str, Any]:
     """Parses the command line, trains, evaluates and writes the run folder; returns the summary."""
     configure_logging()
     config = parse_args(algo, argv)  # bad input stops here, before the training stack loads
-    from cube_jax.rl.run import open_run, train_and_report
+    from cube_jax.rl.run import DistributedError, open_run, train_and_report
 
-    run_dir = open_run(config)
+    try:
+        run_dir = open_run(config)
+    except DistributedError as err:
+        log.error(str(err))
+        sys.exit(DISTRIBUTED_EXIT_CODE)
     try:
         return train_and_report(config, run_dir, fetch=stall_guarded_fetch(config.train.stall_seconds))
     except RuntimeStall as err:

@@ -31,8 +31,8 @@ def test_schema_defaults_are_the_documented_ones():
     }
     assert defaults["env"] == {"scenario": "easy", "n": None, "observation": "vector", "view_radius": 3,
                                "pool_size": 4096, "max_steps": None}
-    assert list(defaults) == ["algo", "seed", "num_seeds", "env", "network", "train", "shaping", "eval", "output",
-                              "distributed"]
+    assert list(defaults) == ["algo", "seed", "num_seeds", "env", "network", "train", "pqn", "shaping", "eval",
+                              "output", "distributed"]
 
 
 def test_a_config_is_immutable():
@@ -115,7 +115,7 @@ def test_later_files_override_earlier_ones(tmp_path):
         ("train.num_envs=abc", "train.num_envs must be a valid integer, got 'abc'"),
         ("train.num_envs=2.5", "train.num_envs must be a valid integer, got 2.5"),
         ("train.gamma=1.5", "train.gamma must be less than or equal to 1, got 1.5"),
-        ("algo=dqn", "algo must be 'ippo' or 'mappo', got 'dqn'"),
+        ("algo=dqn", "algo must be 'ippo', 'mappo' or 'pqn_vdn', got 'dqn'"),
         ("env.n=4", "override 'env.n=4': set exactly one of env.scenario"),
         ("train.num_minibatches=3", "must be divisible by train.num_minibatches = 3"),
         ("train.total_timesteps=100", "train.total_timesteps = 100 is less than one update"),

@@ -15,25 +15,39 @@ from typing import Any, Dict
 
 import jax
 import orbax.checkpoint as ocp
+from jax.experimental import multihost_utils
 
 POLICY_META = "policy.json"
 POLICY_DIR = "policy"
 RUNNER_DIR = "runner"
 
 
+def _sync(name: str) -> None:
+    """Waits for every process of a ``jax.distributed`` run (nothing to wait for in one process)."""
+    if jax.process_count() > 1:
+        multihost_utils.sync_global_devices(name)
+
+
 def _save_tree(path: Path, tree: Any) -> None:
+    """Saves ``tree`` at ``path``. With several processes every one of them calls this (orbax
+    writes each process's shards); process 0 alone moves folders, between barriers."""
     path = path.resolve()
+    primary = jax.process_index() == 0
     # Write beside the old copy and swap, so an interrupted save never loses the last checkpoint.
     tmp = path.with_name(path.name + ".tmp")
-    if tmp.exists():
+    if primary and tmp.exists():
         shutil.rmtree(tmp)
+    _sync(f"checkpoint: {tmp} cleared")
     checkpointer = ocp.StandardCheckpointer()
     checkpointer.save(tmp, tree)
     checkpointer.wait_until_finished()
     checkpointer.close()
-    if path.exists():
-        shutil.rmtree(path)
-    tmp.rename(path)
+    _sync(f"checkpoint: {tmp} written")
+    if primary:
+        if path.exists():
+            shutil.rmtree(path)
+        tmp.rename(path)
+    _sync(f"checkpoint: {path} in place")
 
 
 def _restore_tree(path: Path, abstract: Any) -> Any:
@@ -45,13 +59,15 @@ def _restore_tree(path: Path, abstract: Any) -> Any:
 
 
 def save_checkpoint(directory: Path, runner: Any, actor_params: Any, meta: Dict[str, Any]) -> Path:
-    """Saves the seed-batched ``runner``, one seed's ``actor_params`` and the policy metadata."""
+    """Saves the seed-batched ``runner``, one seed's ``actor_params`` and the policy metadata
+    (with ``jax.distributed``, every process calls it: see :func:`_save_tree`)."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     _save_tree(directory / RUNNER_DIR, runner)
     _save_tree(directory / POLICY_DIR, actor_params)
-    with open(directory / POLICY_META, "w") as f:
-        json.dump(meta, f, indent=2)
+    if jax.process_index() == 0:
+        with open(directory / POLICY_META, "w") as f:
+            json.dump(meta, f, indent=2)
     return directory
 
 

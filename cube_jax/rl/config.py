@@ -43,7 +43,7 @@ from pydantic_core import PydanticCustomError
 from cube_jax.core.observations import OBSERVATION_FORM_NAMES
 
 CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs"
-ALGO_FILES = ("ippo", "mappo")  # configs/<algo>.yaml; every other file there is a preset
+ALGO_FILES = ("ippo", "mappo", "pqn_vdn")  # configs/<algo>.yaml; every other file there is a preset
 
 
 class ConfigError(ValueError):
@@ -117,19 +117,22 @@ class NetworkSection(Section):
 
 
 class TrainSection(Section):
+    """The rollout and budget of every algorithm; the optimisation keys from update_epochs to
+    max_grad_norm are PPO's (ippo, mappo); pqn_vdn reads its own from the pqn section."""
+
     num_envs: PositiveInt = 64
     num_steps: PositiveInt = Field(32, description="rollout length per update")
     total_timesteps: PositiveInt = Field(2_000_000, description="env steps per seed")
-    update_epochs: PositiveInt = 4
-    num_minibatches: PositiveInt = 4
-    lr: NonNegative = 2.5e-3
-    anneal_lr: bool = True
+    update_epochs: PositiveInt = Field(4, description="PPO only")
+    num_minibatches: PositiveInt = Field(4, description="PPO only: minibatches of num_envs * num_steps steps")
+    lr: NonNegative = Field(2.5e-3, description="PPO only")
+    anneal_lr: bool = Field(True, description="PPO only")
     gamma: Fraction = 0.99
-    gae_lambda: Fraction = 0.95
-    clip_eps: NonNegative = 0.2
-    ent_coef: NonNegative = 0.01
-    vf_coef: NonNegative = 0.5
-    max_grad_norm: NonNegative = 0.5
+    gae_lambda: Fraction = Field(0.95, description="PPO only")
+    clip_eps: NonNegative = Field(0.2, description="PPO only")
+    ent_coef: NonNegative = Field(0.01, description="PPO only")
+    vf_coef: NonNegative = Field(0.5, description="PPO only")
+    max_grad_norm: NonNegative = Field(0.5, description="PPO only")
     num_devices: NonNegativeInt = Field(0, description="devices in the env-batch mesh; 0: every visible device")
     updates_per_call: PositiveInt = Field(10, description="updates per jitted call (progress, checkpoint granularity)")
     stall_seconds: NonNegativeInt = Field(120, description="CPU only: the scripts stop a run idle this long (0: never)")
@@ -141,14 +144,8 @@ class TrainSection(Section):
     target_check_every: PositiveInt = Field(5, description="jitted calls between two checks of target_success")
 
     @model_validator(mode="after")
-    def _whole_minibatches(self):
+    def _at_least_one_update(self):
         batch = self.num_envs * self.num_steps
-        if batch % self.num_minibatches:
-            raise _cross_field(
-                f"train.num_envs * train.num_steps = {batch} must be divisible by train.num_minibatches = "
-                f"{self.num_minibatches}",
-                "train.num_envs", "train.num_steps", "train.num_minibatches",
-            )
         if self.total_timesteps < batch:
             raise _cross_field(
                 f"train.total_timesteps = {self.total_timesteps} is less than one update "
@@ -156,6 +153,33 @@ class TrainSection(Section):
                 "train.total_timesteps", "train.num_envs", "train.num_steps",
             )
         return self
+
+
+class PQNSection(Section):
+    """PQN-VDN (algo=pqn_vdn): Q-learning without replay buffer or target network. The
+    rollout, budget, gamma and staggered starts are train's; these are its own keys."""
+
+    epsilon_start: Fraction = Field(1.0, description="chance that an agent acts at random at the first update")
+    epsilon_finish: Fraction = Field(0.05, description="that chance once the annealing has ended")
+    epsilon_anneal_fraction: Fraction = Field(
+        0.25, description="share of the budget (train.total_timesteps) over which epsilon falls linearly "
+        "from epsilon_start to epsilon_finish (0: epsilon_finish from the start)",
+    )
+    lambda_: Fraction = Field(
+        0.65, description="lambda of the Q(lambda) targets: 0 bootstraps every step (one-step Q-learning), 1 sums "
+        "the rewards to the end of the rollout or the episode",
+    )
+    num_epochs: PositiveInt = Field(2, description="passes over each rollout")
+    num_minibatches: PositiveInt = Field(
+        4, description="minibatches per pass; a sample is one env step of the whole team (num_envs * num_steps)"
+    )
+    lr: NonNegative = 5e-4
+    max_grad_norm: NonNegative = 10.0
+    anneal_lr: bool = Field(True, description="lr falls linearly to 0 over the budget")
+    eval_epsilon: Fraction = Field(
+        0.05, description="evaluation's sampled play is epsilon-greedy with this epsilon (greedy play: argmax Q); "
+        "saved with the policy",
+    )
 
 
 class ShapingSection(Section):
@@ -184,12 +208,26 @@ class OutputSection(Section):
 
 
 class DistributedSection(Section):
-    coordinator: Optional[Text] = Field(None, description="'host:port' starts jax.distributed; null: one process")
+    coordinator: Optional[Text] = Field(
+        None, description="'host:port' of process 0 starts jax.distributed; 'auto': the cluster launcher's "
+        "environment (SLURM, Open MPI); null: one process"
+    )
     num_processes: PositiveInt = 1
     process_id: NonNegativeInt = 0
+    timeout_s: PositiveInt = Field(
+        120, description="seconds a process waits for the coordinator and the others before it fails"
+    )
 
     @model_validator(mode="after")
     def _process_in_range(self):
+        address = self.coordinator
+        if address is not None and address != "auto":
+            host, _, port = address.rpartition(":")
+            if not host or not port.isdigit() or not 1 <= int(port) <= 65535:
+                raise _cross_field(
+                    f"distributed.coordinator = {address!r} must be 'host:port' (port 1-65535), 'auto' or null",
+                    "distributed.coordinator",
+                )
         if self.process_id >= self.num_processes:
             raise _cross_field(
                 f"distributed.process_id = {self.process_id} must be less than distributed.num_processes = "
@@ -202,16 +240,35 @@ class DistributedSection(Section):
 class Config(Section):
     """A whole training run. Immutable; ``model_dump()`` is the plain tree saved as config.yaml."""
 
-    algo: Literal["ippo", "mappo"] = Field("ippo", description="the critic sees: own observation (ippo), world (mappo)")
+    algo: Literal["ippo", "mappo", "pqn_vdn"] = Field(
+        "ippo", description="PPO whose critic sees the agent's own observation (ippo) or the world (mappo), or "
+        "Q-learning of the agents' summed action values (pqn_vdn)",
+    )
     seed: NonNegativeInt = 0
     num_seeds: PositiveInt = Field(1, description="seeds trained at once with jax.vmap")
     env: EnvSection = Field(default_factory=EnvSection)
     network: NetworkSection = Field(default_factory=NetworkSection)
     train: TrainSection = Field(default_factory=TrainSection)
+    pqn: PQNSection = Field(default_factory=PQNSection)
     shaping: ShapingSection = Field(default_factory=ShapingSection)
     eval: EvalSection = Field(default_factory=EvalSection)
     output: OutputSection = Field(default_factory=OutputSection)
     distributed: DistributedSection = Field(default_factory=DistributedSection)
+
+    @model_validator(mode="after")
+    def _whole_minibatches(self):
+        # Only the algorithm being trained has its minibatches checked: PPO splits agent
+        # steps, PQN-VDN team steps, both out of num_envs * num_steps env steps.
+        t = self.train
+        batch = t.num_envs * t.num_steps
+        key = "pqn.num_minibatches" if self.algo == "pqn_vdn" else "train.num_minibatches"
+        minibatches = self.pqn.num_minibatches if self.algo == "pqn_vdn" else t.num_minibatches
+        if batch % minibatches:
+            raise _cross_field(
+                f"train.num_envs * train.num_steps = {batch} must be divisible by {key} = {minibatches}",
+                "train.num_envs", "train.num_steps", key,
+            )
+        return self
 
 
 def _schema_keys(model: type = Config, prefix: str = "") -> Dict[str, bool]:

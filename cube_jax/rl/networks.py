@@ -1,5 +1,5 @@
-"""Actor and critic MLPs. Parameters are shared by all agents: the agent axis is just
-another batch axis, and every observation carries the agent's one-hot id."""
+"""Actor and critic MLPs, and the Q-network of PQN-VDN. Parameters are shared by all agents:
+the agent axis is just another batch axis, and every observation carries the agent's one-hot id."""
 from __future__ import annotations
 
 import flax.linen as nn
@@ -65,6 +65,33 @@ def build_networks(network_config: dict, num_actions: int, feature_dims: int = 1
     """
     kw = dict(hidden=network_config["hidden"], layers=network_config["layers"], activation=network_config["activation"])
     return Actor(num_actions=num_actions, feature_dims=feature_dims, **kw), Critic(**kw)
+
+
+class QNetwork(nn.Module):
+    """float32[..., *F] observation -> float32[..., A] action values.
+
+    ``layers`` hidden layers of width ``hidden``, each Dense -> LayerNorm -> activation;
+    ``feature_dims`` trailing feature axes ``F`` are flattened first (3 for the grid form).
+    """
+
+    num_actions: int
+    hidden: int = 64
+    layers: int = 2
+    activation: str = "relu"
+    feature_dims: int = 1
+
+    @nn.compact
+    def __call__(self, observation: jax.Array) -> jax.Array:
+        x = flat_features(observation, observation.ndim - self.feature_dims)
+        for _ in range(self.layers):
+            x = ACTIVATIONS[self.activation](nn.LayerNorm()(nn.Dense(self.hidden)(x)))
+        return nn.Dense(self.num_actions)(x)
+
+
+def build_q_network(network_config: dict, num_actions: int, feature_dims: int = 1) -> QNetwork:
+    """The Q-network described by the ``network`` section of a config (as a plain dict)."""
+    return QNetwork(num_actions=num_actions, hidden=network_config["hidden"], layers=network_config["layers"],
+                    activation=network_config["activation"], feature_dims=feature_dims)
 
 
 def flat_features(x: jax.Array, batch_dims: int) -> jax.Array:

@@ -21,23 +21,28 @@ CONFIG_FILE = "config.yaml"
 CHECKPOINT_DIR = "checkpoint"
 
 
-def run_name(config: Config) -> str:
+def run_name(config: Config, when: Optional[float] = None) -> str:
+    """``<algo>-<world>-<date-time>``, the time ``when`` (seconds since the epoch; default now)."""
     env = config.env
     world = env.scenario if env.scenario is not None else f"n{env.n}"
     world = Path(str(world)).stem  # a scenario path names the run by its file
-    return f"{config.algo}-{world}-{time.strftime('%Y%m%d-%H%M%S')}"
+    return f"{config.algo}-{world}-{time.strftime('%Y%m%d-%H%M%S', time.localtime(when))}"
 
 
-def make_run_dir(config: Config) -> Path:
-    """Creates (or, when resuming, reuses) the run folder and writes config.yaml (plain YAML) into it."""
+def make_run_dir(config: Config, when: Optional[float] = None, write: bool = True) -> Path:
+    """Creates (or, when resuming, reuses) the run folder and writes config.yaml (plain YAML) into it.
+
+    ``when`` names a new folder (see :func:`run_name`); ``write=False`` only finds the folder
+    (the processes of a distributed run other than the first write nothing)."""
     out = config.output
     if out.resume is not None:
         run_dir = resume_run_dir(out.resume)
     else:
-        run_dir = Path(out.root) / (out.name or run_name(config))
+        run_dir = Path(out.root) / (out.name or run_name(config, when))
+    if write:
         run_dir.mkdir(parents=True, exist_ok=True)
-    with open(run_dir / CONFIG_FILE, "w") as f:
-        yaml.safe_dump(config.model_dump(), f, sort_keys=False)
+        with open(run_dir / CONFIG_FILE, "w") as f:
+            yaml.safe_dump(config.model_dump(), f, sort_keys=False)
     return run_dir
 
 

@@ -1,5 +1,10 @@
 """Loading a trained policy from a checkpoint, for evaluation and the PettingZoo adapter.
 
+A policy is a network from one agent's observation to one score per action, shared by
+every agent: an actor's logits (IPPO, MAPPO) or a Q-network's action values (PQN-VDN).
+Greedy play takes the best-scored action either way; sampled play draws from the logits,
+or is epsilon-greedy over the action values (:func:`sample_actions`).
+
 >>> policy = load_policy("runs/ippo-easy-20250101-000000")   # doctest: +SKIP
 >>> env = cube_jax.make(**policy.env_kwargs)                    # doctest: +SKIP
 >>> actions = policy.act(ts.observation, key)                   # int32[N], greedy by default  # doctest: +SKIP
@@ -8,32 +13,63 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Any, Dict, Tuple, Union
+from typing import Any, Dict, Optional, Tuple, Union
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from flax import struct
 
 from cube_jax.core.observations import observation_shape, observe
 from cube_jax.core.types import EnvConfig, State
 from cube_jax.rl.checkpoint import POLICY_META, read_meta, restore_actor
-from cube_jax.rl.networks import build_networks
+from cube_jax.rl.networks import build_networks, build_q_network
+
+
+@struct.dataclass
+class QPolicyParams:
+    """What acting needs, and what a checkpoint saves as the policy."""
+
+    q_network: Any  # the Q-network's parameters, shared by every agent
+    eval_epsilon: jax.Array  # float32[] sampled play's epsilon (pqn.eval_epsilon)
+
+
+
+def epsilon_greedy(key: jax.Array, values: jax.Array, epsilon) -> jax.Array:
+    """int32[...]: for action values float32[..., A], each agent's best action, or with
+    probability ``epsilon`` (a float or a traced float32[]) a uniformly random one, drawn
+    independently for every agent."""
+    k_explore, k_action = jax.random.split(key)
+    explore = jax.random.uniform(k_explore, values.shape[:-1]) < epsilon
+    random = jax.random.randint(k_action, values.shape[:-1], 0, values.shape[-1])
+    return jnp.where(explore, random, jnp.argmax(values, axis=-1)).astype(jnp.int32)
+
+
+def sample_actions(scores: jax.Array, key: jax.Array, epsilon=None) -> jax.Array:
+    """int32[...]: sampled play from scores float32[..., A]: drawn from the scores as logits
+    when ``epsilon`` is None (an actor), epsilon-greedy over them as action values otherwise
+    (a Q-network)."""
+    if epsilon is None:
+        return jax.random.categorical(key, scores).astype(jnp.int32)
+    return epsilon_greedy(key, scores, epsilon)
 
 
 @dataclasses.dataclass(frozen=True)
 class ActorPolicy:
-    """An actor network as a batched policy (:class:`cube_jax.agents.BatchedPolicy`).
+    """A policy network as a batched policy (:class:`cube_jax.agents.BatchedPolicy`).
 
     It computes the observation it reads from the state (``cfg``'s form) and acts for every
-    agent; its policy state is ``(key, greedy)``: greedy takes the most likely action,
-    otherwise actions are sampled with the key. ``params`` may be traced (training's
-    evaluation builds one inside its jitted program).
+    agent; its policy state is ``(key, greedy)``: greedy takes the best-scored action,
+    otherwise actions are sampled with the key (:func:`sample_actions`: from an actor's
+    logits, or epsilon-greedy over a Q-network's values when ``epsilon`` is set). ``params``
+    and ``epsilon`` may be traced (training's evaluation builds one inside its jitted program).
     """
 
-    actor: Any  # the flax Actor module
+    actor: Any  # the flax module: observations float32[..., *F] -> scores float32[..., A]
     params: Any  # its parameters
-    cfg: EnvConfig  # whose observation form the actor reads
+    cfg: EnvConfig  # whose observation form the network reads
     name: str = "policy"
+    epsilon: Any = None  # None: the scores are logits; a float (or float32[]): action values, sampled epsilon-greedy
 
     def init(self, key: jax.Array):
         return key, jnp.array(True)
@@ -41,28 +77,29 @@ class ActorPolicy:
     def act(self, state: State, policy_state):
         key, greedy = policy_state
         key, sub = jax.random.split(key)
-        logits = self.actor.apply(self.params, observe(self.cfg, state))
-        actions = jnp.where(greedy, jnp.argmax(logits, axis=-1), jax.random.categorical(sub, logits))
+        scores = self.actor.apply(self.params, observe(self.cfg, state))
+        actions = jnp.where(greedy, jnp.argmax(scores, axis=-1), sample_actions(scores, sub, self.epsilon))
         return actions.astype(jnp.int32), (key, greedy)
 
 
 @dataclasses.dataclass(frozen=True)
 class LoadedPolicy:
-    """A trained actor. ``act`` is pure, so ``jax.jit`` and ``jax.vmap`` over it work."""
+    """A trained policy network. ``act`` is pure, so ``jax.jit`` and ``jax.vmap`` over it work."""
 
-    params: Any  # actor parameters (flax), shared by all agents
-    actor: Any  # the flax Actor module
+    params: Any  # network parameters (flax), shared by all agents
+    actor: Any  # the flax module: the Actor, or the Q-network of PQN-VDN
     env_kwargs: Dict[str, Any]  # keyword arguments of cube_jax.make for the world it was trained on
     observation_size: int  # D, the per-agent observation length it expects (flattened)
     meta: Dict[str, Any]  # everything in the checkpoint's policy.json
     feature_shape: Tuple[int, ...] = ()  # one agent's observation shape; () means (observation_size,)
+    epsilon: Optional[float] = None  # None: an actor's logits; a float: Q-values, sampled play epsilon-greedy
 
     def act(self, observation: jax.Array, key: jax.Array, greedy: bool = True) -> jax.Array:
         """int32[N] actions for per-agent observations float32[N, *F] (any leading axes work).
 
         ``F`` is ``feature_shape`` (``(D,)`` for the vector forms, ``(K, K, 6)`` for the grid).
-        ``greedy`` picks the most likely action; otherwise actions are sampled with ``key``.
-        ``greedy`` may be a traced bool.
+        ``greedy`` picks the best-scored action; otherwise actions are sampled with ``key``
+        (:func:`sample_actions`). ``greedy`` may be a traced bool.
         """
         observation = jnp.asarray(observation, jnp.float32)
         expected = self.feature_shape or (self.observation_size,)
@@ -73,10 +110,9 @@ class LoadedPolicy:
                 f"LoadedPolicy.act: observation has {got} features per agent, the policy "
                 f"expects {want} (trained with cube_jax.make(**{self.env_kwargs}))"
             )
-        logits = self.actor.apply(self.params, observation)
-        sampled = jax.random.categorical(key, logits)
-        return jnp.where(greedy, jnp.argmax(logits, axis=-1), sampled).astype(jnp.int32)
-
+        scores = self.actor.apply(self.params, observation)
+        sampled = sample_actions(scores, key, self.epsilon)
+        return jnp.where(greedy, jnp.argmax(scores, axis=-1), sampled).astype(jnp.int32)
 
     def for_world(self, env, name: str = "policy") -> ActorPolicy:
         """This policy as a batched policy on ``env``'s world (greedy by default): it reads the
@@ -90,7 +126,7 @@ class LoadedPolicy:
                 f"the policy reads observations of shape {tuple(expected)} per agent (trained on "
                 f"cube_jax.make(**{self.env_kwargs})); this world gives {got} in its {cfg.observation!r} form "
                 f"({env.num_agents} agents, {env.num_blocks} blocks): use a world of the same size")
-        return ActorPolicy(self.actor, self.params, cfg, name)
+        return ActorPolicy(self.actor, self.params, cfg, name, self.epsilon)
 
 
 def checkpoint_dir(path: Union[str, Path]) -> Path:
@@ -107,12 +143,25 @@ def checkpoint_dir(path: Union[str, Path]) -> Path:
 
 
 def load_policy(path: Union[str, Path]) -> LoadedPolicy:
-    """The policy saved by ``baselines/ippo.py`` or ``baselines/mappo.py`` at ``path``."""
+    """The policy saved by ``baselines/ippo.py``, ``baselines/mappo.py`` or ``baselines/pqn_vdn.py`` at ``path``."""
     directory = checkpoint_dir(path)
     meta = read_meta(directory)
     feature_shape = tuple(int(d) for d in meta["observation_shape"][1:])  # observation_shape is [N, *F]
+    network, params, epsilon = _restore_network(directory, meta, feature_shape)
+    return LoadedPolicy(params=params, actor=network, env_kwargs=dict(meta["env_kwargs"]),
+                        observation_size=int(np.prod(feature_shape)), meta=meta, feature_shape=feature_shape,
+                        epsilon=epsilon)
+
+
+def _restore_network(directory: Path, meta: Dict[str, Any], feature_shape: Tuple[int, ...]):
+    """``(module, params, epsilon)`` of a checkpoint's policy: the actor (epsilon None), or
+    for PQN-VDN the Q-network and the exploration of its sampled evaluation."""
+    sample = jnp.zeros(feature_shape, jnp.float32)
+    if meta["algo"] == "pqn_vdn":
+        network = build_q_network(meta["network"], meta["num_actions"], len(feature_shape))
+        abstract = QPolicyParams(jax.eval_shape(network.init, jax.random.PRNGKey(0), sample),
+                                 jax.ShapeDtypeStruct((), jnp.float32))
+        saved = restore_actor(directory, abstract)
+        return network, saved.q_network, float(saved.eval_epsilon)
     actor, _ = build_networks(meta["network"], meta["num_actions"], len(feature_shape))
-    abstract = jax.eval_shape(actor.init, jax.random.PRNGKey(0), jnp.zeros(feature_shape, jnp.float32))
-    params = restore_actor(directory, abstract)
-    return LoadedPolicy(params=params, actor=actor, env_kwargs=dict(meta["env_kwargs"]),
-                        observation_size=int(np.prod(feature_shape)), meta=meta, feature_shape=feature_shape)
+    return actor, restore_actor(directory, jax.eval_shape(actor.init, jax.random.PRNGKey(0), sample)), None

@@ -35,7 +35,7 @@ from cube_jax.rl.gae import bootstrap_values, gae
 from cube_jax.rl.networks import build_networks
 from cube_jax.rl.policy import ActorPolicy
 from cube_jax.rl.shaping import ShapingWrapper
-from cube_jax.rl.trainer import update_chunk
+from cube_jax.rl.trainer import mask_mean, stagger_start, update_chunk
 from cube_jax.core.types import EnvConfig, State
 from cube_jax.core.wrappers import AutoResetWrapper, LogWrapper
 
@@ -131,13 +131,6 @@ class Transition:
     episode: Dict[str, jax.Array]  # LogWrapper statistics, each [E]
 
 
-def _mask_mean(x: jax.Array, mask: jax.Array) -> jax.Array:
-    """Mean of ``x`` where ``mask``; NaN when the mask is empty (no episode finished)."""
-    count = mask.sum()
-    total = jnp.sum(jnp.where(mask, x.astype(jnp.float32), 0.0))
-    return jnp.where(count > 0, total / jnp.maximum(count, 1), jnp.nan)
-
-
 class PPO:
     """IPPO/MAPPO for one seed; vmap its methods over seeds."""
 
@@ -190,7 +183,7 @@ class PPO:
         env_state, ts = jax.vmap(self.train_env.reset)(jax.random.split(k_env, self.num_envs))
         obs = ts.observation
         if self.train_cfg.stagger_start:
-            env_state, obs = self._stagger(env_state, jax.random.fold_in(k_env, 1))
+            env_state, obs = stagger_start(self.env, env_state, jax.random.fold_in(k_env, 1))
         sample_critic = self.critic_inputs(env_state, obs)[0, 0]
         params = {
             "actor": self.actor.init(k_actor, ts.observation[0, 0]),
@@ -216,20 +209,6 @@ class PPO:
     def policy_params(self, runner: Runner):
         """The actor's parameters: what :meth:`evaluate` and a saved policy need."""
         return runner.params["actor"]
-
-    def _stagger(self, env_state, key: jax.Array):
-        """Start every env's first episode at a random step count in [0, max_steps).
-
-        All envs reset together otherwise, so their episodes stay in lockstep and every
-        update sees one slice of the episode (only the first 32 steps, then only the
-        next 32, ...). The shortened first episodes end by truncation, which the
-        advantage bootstraps, so no return is cut wrongly; only their logged statistics
-        are partial.
-        """
-        base = env_state.env_state
-        t0 = jax.random.randint(key, base.t.shape, 0, self.env.max_steps, dtype=base.t.dtype)
-        base = base.replace(t=t0)
-        return env_state.replace(env_state=base), jax.vmap(self.env.observe)(base)
 
     def _env_step(self, runner: Runner, _) -> Tuple[Runner, Transition]:
         key, k_act = jax.random.split(runner.key)
@@ -338,10 +317,10 @@ class PPO:
         )
         ep, done = traj.episode, traj.episode["returned_episode"]
         metrics = {
-            "episode_return": _mask_mean(ep["episode_return"], done),
-            "success_rate": _mask_mean(ep["success"], done),
-            "blocks_delivered_frac": _mask_mean(ep["blocks_delivered"] / self.env.num_blocks, done),
-            "episode_length": _mask_mean(ep["episode_length"], done),
+            "episode_return": mask_mean(ep["episode_return"], done),
+            "success_rate": mask_mean(ep["success"], done),
+            "blocks_delivered_frac": mask_mean(ep["blocks_delivered"] / self.env.num_blocks, done),
+            "episode_length": mask_mean(ep["episode_length"], done),
             "episodes": done.sum(),
             "reward_mean": traj.reward.mean(),
             "lr": lr,

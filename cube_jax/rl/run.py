@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import logging
+import socket
 import time
 from pathlib import Path
 from typing import Any, Callable, Dict, Optional
@@ -26,16 +27,18 @@ from typing import Any, Callable, Dict, Optional
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.experimental import multihost_utils
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from cube_jax.rl import checkpoint, outputs
 from cube_jax.rl.config import Config
 from cube_jax.rl.ppo import PPO
+from cube_jax.rl.pqn import PQN
 from cube_jax.rl.trainer import Trainer, update_chunk
 
 log = logging.getLogger(__name__)
 
-TRAINERS: Dict[str, Callable[[Config], Trainer]] = {"ippo": PPO, "mappo": PPO}
+TRAINERS: Dict[str, Callable[[Config], Trainer]] = {"ippo": PPO, "mappo": PPO, "pqn_vdn": PQN}
 Fetch = Callable[[Any, str], Any]  # fetch(device tree, what it is) -> the tree on the host
 
 
@@ -44,14 +47,76 @@ def device_get(tree, what: str):
     return jax.device_get(tree)
 
 
+class DistributedError(RuntimeError):
+    """A process could not join the others (the message names the coordinator's address)."""
+
+
 def init_distributed(config: Config) -> None:
+    """Joins the run's other processes through ``jax.distributed`` when ``distributed.coordinator``
+    is set: ``host:port`` with ``num_processes`` and ``process_id``, or ``auto`` for what a
+    cluster launcher (SLURM, Open MPI, ...) puts in the environment. Every wait is bounded by
+    ``distributed.timeout_s``; DistributedError says which address could not be reached."""
     dist = config.distributed
-    if dist.coordinator is not None:
+    if dist.coordinator is None:
+        return
+    auto = dist.coordinator == "auto"
+    where = "the coordinator named by the launcher's environment" if auto else f"the coordinator at {dist.coordinator}"
+    # XLA's client ends the process (abort, no exception) when the coordinator never answers:
+    # what can be checked beforehand is, so that the usual mistakes get a message.
+    if not auto:
+        _check_coordinator(dist.coordinator, dist.process_id, dist.num_processes, dist.timeout_s)
+    who = "this process" if auto else f"process {dist.process_id} of {dist.num_processes}"
+    log.info("%s: joining %s (waiting up to %d s for every process)", who, where, dist.timeout_s)
+    try:
         jax.distributed.initialize(
-            coordinator_address=dist.coordinator,
-            num_processes=dist.num_processes,
-            process_id=dist.process_id,
+            coordinator_address=None if auto else dist.coordinator,
+            num_processes=None if auto else dist.num_processes,
+            process_id=None if auto else dist.process_id,
+            initialization_timeout=dist.timeout_s,
+            heartbeat_timeout_seconds=max(10, dist.timeout_s),
+            shutdown_timeout_seconds=dist.timeout_s,
         )
+    except Exception as err:  # jax raises RuntimeError or XlaRuntimeError, with pages of detail
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise DistributedError(
+            f"distributed: {who} could not join {where} within "
+            f"{dist.timeout_s} s (distributed.timeout_s): {first[:300]}"
+        ) from None
+    log.info("process %d of %d joined %s: %d devices in all, %d here", jax.process_index(), jax.process_count(),
+             where, jax.device_count(), jax.local_device_count())
+
+
+def _check_coordinator(address: str, process_id: int, num_processes: int, timeout_s: float) -> None:
+    """Process 0 must be able to listen on the address's port; every other process must reach
+    it within ``timeout_s``. DistributedError otherwise, naming the address."""
+    host, _, port = address.rpartition(":")
+    host = host.strip("[]")
+    if process_id == 0:
+        try:
+            with socket.create_server(("", int(port))):
+                pass
+        except OSError as err:
+            raise DistributedError(f"distributed: process 0 cannot serve the coordinator at {address}: port {port} "
+                                   f"is not free here ({err.strerror or err}); choose another distributed.coordinator "
+                                   "port") from None
+        return
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            with socket.create_connection((host, int(port)), timeout=min(2.0, timeout_s)):
+                return
+        except OSError as err:
+            if time.monotonic() >= deadline:
+                raise DistributedError(
+                    f"distributed: process {process_id} of {num_processes} could not reach the coordinator at {address} "
+                    f"within {timeout_s} s (distributed.timeout_s): {err.strerror or err}; is process 0 running there?"
+                ) from None
+            time.sleep(0.5)
+
+
+def is_primary() -> bool:
+    """True in the process that writes the run folder (process 0; the only one without ``jax.distributed``)."""
+    return jax.process_index() == 0
 
 
 def make_mesh(config: Config) -> Mesh:
@@ -98,7 +163,8 @@ class Session:
             self._chunk_fn, in_shardings=(self.shardings, self.replicated, self.replicated),
             out_shardings=(self.shardings, self.replicated), donate_argnums=0,
         )
-        self._evaluate = jax.jit(jax.vmap(self._evaluate_fn, in_axes=(0, 0)))
+        # replicated: every process of a distributed run gets the whole evaluation
+        self._evaluate = jax.jit(jax.vmap(self._evaluate_fn, in_axes=(0, 0)), out_shardings=self.replicated)
 
     def init(self):
         return self._init(self.keys)
@@ -192,8 +258,12 @@ def _seed_mean(values: np.ndarray):
 def open_run(config: Config) -> Path:
     """Joins the other hosts (``distributed``), then creates or reopens the run folder."""
     init_distributed(config)
-    run_dir = outputs.make_run_dir(config)
-    log.info("run folder: %s", run_dir)
+    when = None
+    if jax.process_count() > 1:  # every process names the folder by process 0's clock
+        when = float(multihost_utils.broadcast_one_to_all(np.float64(time.time())))
+    run_dir = outputs.make_run_dir(config, when, write=is_primary())
+    log.info("run folder: %s%s", run_dir, "" if is_primary() else
+             f" (written by process 0; this is process {jax.process_index()} of {jax.process_count()})")
     return run_dir
 
 
@@ -216,6 +286,7 @@ def train_and_report(config: Config, run_dir: Optional[Path] = None, fetch: Fetc
         session.mesh.devices.size, [d.platform for d in session.mesh.devices.flat][:1],
     )
 
+    primary = is_primary()  # the process that writes the run folder
     state = session.init()
     done_updates = 0
     wall_before = 0.0
@@ -225,8 +296,9 @@ def train_and_report(config: Config, run_dir: Optional[Path] = None, fetch: Fetc
         previous = outputs.read_metrics(run_dir)
         previous = [r for r in previous if r["update"] <= done_updates]
         wall_before = previous[-1]["wall_seconds"] if previous else 0.0
-        with open(run_dir / outputs.METRICS_FILE, "w") as f:  # drop rows written after the checkpoint
-            f.writelines(json.dumps(r) + "\n" for r in previous)
+        if primary:
+            with open(run_dir / outputs.METRICS_FILE, "w") as f:  # drop rows written after the checkpoint
+                f.writelines(json.dumps(r) + "\n" for r in previous)
         log.info("resumed from %s at update %d", run_dir / outputs.CHECKPOINT_DIR, done_updates)
 
     per_call = train.updates_per_call
@@ -247,7 +319,8 @@ def train_and_report(config: Config, run_dir: Optional[Path] = None, fetch: Fetc
             steady_steps += count * steps_per_update
         elapsed = wall_before + now - start
         rows = outputs.metric_rows(metrics, done_updates, steps_per_update, elapsed)
-        outputs.append_metrics(run_dir, rows)
+        if primary:
+            outputs.append_metrics(run_dir, rows)
         done_updates += count
         calls += 1
         rate = count * steps_per_update / max(now - t0, 1e-9)
@@ -306,8 +379,12 @@ def train_and_report(config: Config, run_dir: Optional[Path] = None, fetch: Fetc
     if out.checkpoint:
         save(session, state, run_dir, best)
         summary["checkpoint"] = str(run_dir / outputs.CHECKPOINT_DIR)
+    if not primary:
+        log.info(outputs.eval_line(summary))
+        return summary
     if out.plot:
-        title = f"{config.algo.upper()} {trainer.env.name}: training episodes (sampled actions)"
+        acting = "epsilon-greedy" if config.algo == "pqn_vdn" else "sampled actions"
+        title = f"{config.algo.upper()} {trainer.env.name}: training episodes ({acting})"
         outputs.plot_learning_curve(run_dir, title)
     if out.gif:
         states, done = jax.tree.map(lambda x: x[best], film)  # the best seed's first greedy episode

@@ -64,3 +64,25 @@ def update_chunk(trainer: Trainer, state: Any, active, num_updates, length: int)
         return jax.lax.cond(i < active, update, lambda c: (c, skipped), s)
 
     return jax.lax.scan(one, state, jnp.arange(length))
+
+
+# --- what the trainers share ---------------------------------------------------------------------
+def mask_mean(x: jax.Array, mask: jax.Array) -> jax.Array:
+    """Mean of ``x`` where ``mask``; NaN when the mask is empty (no episode finished)."""
+    count = mask.sum()
+    total = jnp.sum(jnp.where(mask, x.astype(jnp.float32), 0.0))
+    return jnp.where(count > 0, total / jnp.maximum(count, 1), jnp.nan)
+
+
+def stagger_start(env, env_state, key: jax.Array):
+    """``(env_state, observations)`` with every env's first episode started at a random step
+    count in [0, max_steps) (``env_state``: a LogWrapper state batched over envs of ``env``).
+
+    All envs reset together otherwise, so their episodes stay in lockstep and every update
+    sees one slice of the episode (only the first 32 steps, then only the next 32, ...). The
+    shortened first episodes end by truncation, which the targets bootstrap, so no return is
+    cut wrongly; only their logged statistics are partial.
+    """
+    base = env_state.env_state
+    base = base.replace(t=jax.random.randint(key, base.t.shape, 0, env.max_steps, dtype=base.t.dtype))
+    return env_state.replace(env_state=base), jax.vmap(env.observe)(base)
