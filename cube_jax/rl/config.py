@@ -114,6 +114,12 @@ class NetworkSection(Section):
         description="MAPPO only: 'obs_world' (own observation + compact world vector), 'world' (world vector + "
         "agent id) or 'grid' (five-channel grid + agent id)",
     )
+    recurrent: bool = Field(
+        False, description="PPO only (ippo, mappo): GRU actor and critic (a Dense embedding of width hidden, a GRU "
+        "of gru_hidden units whose state is zeroed where an episode starts, then layers hidden layers and the "
+        "head); PPO's minibatches then split train.num_envs, which train.num_minibatches must divide",
+    )
+    gru_hidden: PositiveInt = Field(128, description="recurrent only: units of the GRU's hidden state")
 
 
 class TrainSection(Section):
@@ -268,6 +274,16 @@ class Config(Section):
                 f"train.num_envs * train.num_steps = {batch} must be divisible by {key} = {minibatches}",
                 "train.num_envs", "train.num_steps", key,
             )
+        if self.network.recurrent:
+            if self.algo == "pqn_vdn":
+                raise _cross_field("network.recurrent=true is for ippo and mappo; pqn_vdn's Q-network is feedforward",
+                                   "network.recurrent", "algo")
+            if t.num_envs % t.num_minibatches:
+                raise _cross_field(
+                    f"train.num_minibatches = {t.num_minibatches} must divide train.num_envs = {t.num_envs} with "
+                    "network.recurrent=true: a recurrent policy's minibatches are whole environments' sequences",
+                    "train.num_minibatches", "train.num_envs", "network.recurrent",
+                )
         return self
 
 

@@ -1,9 +1,13 @@
-"""Actor and critic MLPs, and the Q-network of PQN-VDN. Parameters are shared by all agents:
-the agent axis is just another batch axis, and every observation carries the agent's one-hot id."""
+"""Actor and critic MLPs, their recurrent (GRU) versions, and the Q-network of PQN-VDN.
+Parameters are shared by all agents: the agent axis is just another batch axis, and every
+observation carries the agent's one-hot id."""
 from __future__ import annotations
+
+import functools
 
 import flax.linen as nn
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 ACTIVATIONS = {"tanh": nn.tanh, "relu": nn.relu}
@@ -58,12 +62,81 @@ class Critic(nn.Module):
         return MLP(self.hidden, self.layers, 1, self.activation, head_scale=1.0)(critic_input)[..., 0]
 
 
+class ResettingGRU(nn.Module):
+    """A GRU scanned over the leading time axis, its state zeroed where an episode starts.
+
+    ``(hidden float32[B..., H], (inputs float32[T, B..., F], resets bool[T, B...]))`` ->
+    ``(hidden after the last step, outputs float32[T, B..., H])``. Where ``resets[t]`` is
+    true the state is zeroed before step ``t`` reads its input, so a sequence that crosses
+    an episode boundary gives the new episode the outputs a fresh sequence would.
+    """
+
+    hidden: int
+
+    @functools.partial(nn.scan, variable_broadcast="params", split_rngs={"params": False}, in_axes=0, out_axes=0)
+    @nn.compact
+    def __call__(self, hidden: jax.Array, step):
+        inputs, resets = step
+        hidden = jnp.where(resets[..., None], jnp.zeros_like(hidden), hidden)
+        hidden, out = nn.GRUCell(self.hidden)(hidden, inputs)
+        return hidden, out
+
+
+class RecurrentActor(nn.Module):
+    """``(hidden float32[B..., H], observations float32[T, B..., *F], resets bool[T, B...])`` ->
+    ``(hidden, logits float32[T, B..., A])``: a Dense embedding of width ``hidden``, the GRU of
+    ``gru_hidden`` units (:class:`ResettingGRU`), then ``layers`` hidden layers and the head."""
+
+    num_actions: int
+    hidden: int = 64
+    layers: int = 1
+    activation: str = "tanh"
+    feature_dims: int = 1
+    gru_hidden: int = 128
+
+    @nn.compact
+    def __call__(self, hidden: jax.Array, observation: jax.Array, resets: jax.Array):
+        x = flat_features(observation, observation.ndim - self.feature_dims)
+        x = ACTIVATIONS[self.activation](nn.Dense(self.hidden, kernel_init=nn.initializers.orthogonal(np.sqrt(2)))(x))
+        hidden, x = ResettingGRU(self.gru_hidden)(hidden, (x, resets))
+        return hidden, MLP(self.hidden, self.layers, self.num_actions, self.activation, head_scale=0.01)(x)
+
+
+class RecurrentCritic(nn.Module):
+    """``(hidden float32[B..., H], critic inputs float32[T, B..., C], resets bool[T, B...])`` ->
+    ``(hidden, values float32[T, B...])``, built like :class:`RecurrentActor`."""
+
+    hidden: int = 64
+    layers: int = 1
+    activation: str = "tanh"
+    gru_hidden: int = 128
+
+    @nn.compact
+    def __call__(self, hidden: jax.Array, critic_input: jax.Array, resets: jax.Array):
+        x = ACTIVATIONS[self.activation](
+            nn.Dense(self.hidden, kernel_init=nn.initializers.orthogonal(np.sqrt(2)))(critic_input))
+        hidden, x = ResettingGRU(self.gru_hidden)(hidden, (x, resets))
+        return hidden, MLP(self.hidden, self.layers, 1, self.activation, head_scale=1.0)(x)[..., 0]
+
+
+def init_recurrent(module: nn.Module, key: jax.Array, sample: jax.Array):
+    """Parameters of a recurrent module for one input ``sample`` float32[*F] (no batch, no time axis)."""
+    hidden = jnp.zeros((module.gru_hidden,), jnp.float32)
+    return module.init(key, hidden, sample[None], jnp.zeros((1,), bool))
+
+
 def build_networks(network_config: dict, num_actions: int, feature_dims: int = 1):
-    """(Actor, Critic) modules from the ``network`` section of a config (as a plain dict).
+    """(actor, critic) modules from the ``network`` section of a config (as a plain dict):
+    :class:`Actor` and :class:`Critic`, or with ``recurrent`` :class:`RecurrentActor` and
+    :class:`RecurrentCritic`.
 
     ``feature_dims``: trailing feature axes of one agent's observation (see :class:`Actor`).
     """
     kw = dict(hidden=network_config["hidden"], layers=network_config["layers"], activation=network_config["activation"])
+    if network_config.get("recurrent", False):  # checkpoints saved before the key existed are feedforward
+        gru = network_config["gru_hidden"]
+        return (RecurrentActor(num_actions=num_actions, feature_dims=feature_dims, gru_hidden=gru, **kw),
+                RecurrentCritic(gru_hidden=gru, **kw))
     return Actor(num_actions=num_actions, feature_dims=feature_dims, **kw), Critic(**kw)
 
 

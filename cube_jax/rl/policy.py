@@ -8,6 +8,13 @@ or is epsilon-greedy over the action values (:func:`sample_actions`).
 >>> policy = load_policy("runs/ippo-easy-20250101-000000")   # doctest: +SKIP
 >>> env = cube_jax.make(**policy.env_kwargs)                    # doctest: +SKIP
 >>> actions = policy.act(ts.observation, key)                   # int32[N], greedy by default  # doctest: +SKIP
+
+A recurrent (GRU) actor (``network.recurrent``) also reads its hidden state: ``step`` takes
+and returns it (``initial_carry()`` at an episode's start), and its batched policy
+(:class:`RecurrentActorPolicy`) keeps it in the policy state. ``step`` plays either kind:
+
+>>> carry = policy.initial_carry()                              # float32[N, H] zeros  # doctest: +SKIP
+>>> actions, carry = policy.step(ts.observation, carry, key)    # doctest: +SKIP
 """
 from __future__ import annotations
 
@@ -23,7 +30,7 @@ from flax import struct
 from cube_jax.core.observations import observation_shape, observe
 from cube_jax.core.types import EnvConfig, State
 from cube_jax.rl.checkpoint import POLICY_META, read_meta, restore_actor
-from cube_jax.rl.networks import build_networks, build_q_network
+from cube_jax.rl.networks import RecurrentActor, build_networks, build_q_network, init_recurrent
 
 
 @struct.dataclass
@@ -74,12 +81,51 @@ class ActorPolicy:
     def init(self, key: jax.Array):
         return key, jnp.array(True)
 
+    def states(self, keys: jax.Array, greedy: jax.Array):
+        """Policy states of a batch of episodes: keys uint32[E, 2], greedy bool[E]."""
+        return keys, greedy
+
     def act(self, state: State, policy_state):
         key, greedy = policy_state
         key, sub = jax.random.split(key)
         scores = self.actor.apply(self.params, observe(self.cfg, state))
         actions = jnp.where(greedy, jnp.argmax(scores, axis=-1), sample_actions(scores, sub, self.epsilon))
         return actions.astype(jnp.int32), (key, greedy)
+
+
+@dataclasses.dataclass(frozen=True)
+class RecurrentActorPolicy:
+    """A recurrent actor (:class:`~cube_jax.rl.networks.RecurrentActor`) as a batched policy.
+
+    Its policy state is ``(key, greedy, hidden float32[N, H])``; ``init`` starts an episode
+    with the hidden state zeroed, as training does where an episode starts. Otherwise like
+    :class:`ActorPolicy` (greedy: argmax of the logits; else sampled from them).
+    """
+
+    actor: Any  # RecurrentActor
+    params: Any  # its parameters
+    cfg: EnvConfig  # whose observation form the actor reads
+    name: str = "policy"
+
+    def initial_hidden(self) -> jax.Array:
+        """float32[N, H]: every agent's hidden state at an episode's start."""
+        return jnp.zeros((self.cfg.num_agents, self.actor.gru_hidden), jnp.float32)
+
+    def init(self, key: jax.Array):
+        return key, jnp.array(True), self.initial_hidden()
+
+    def states(self, keys: jax.Array, greedy: jax.Array):
+        """Policy states of a batch of episodes: keys uint32[E, 2], greedy bool[E]."""
+        return keys, greedy, jnp.broadcast_to(self.initial_hidden(), (keys.shape[0],) + self.initial_hidden().shape)
+
+    def act(self, state: State, policy_state):
+        key, greedy, hidden = policy_state
+        key, sub = jax.random.split(key)
+        observation = observe(self.cfg, state)[None]  # one time step
+        hidden, logits = self.actor.apply(self.params, hidden, observation, jnp.zeros(observation.shape[:2], bool))
+        logits = logits[0]
+        actions = jnp.where(greedy, jnp.argmax(logits, axis=-1), sample_actions(logits, sub))
+        return actions.astype(jnp.int32), (key, greedy, hidden)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -94,27 +140,60 @@ class LoadedPolicy:
     feature_shape: Tuple[int, ...] = ()  # one agent's observation shape; () means (observation_size,)
     epsilon: Optional[float] = None  # None: an actor's logits; a float: Q-values, sampled play epsilon-greedy
 
+    @property
+    def recurrent(self) -> bool:
+        """Whether the actor is a GRU (its actions depend on a hidden state: use :meth:`step`)."""
+        return isinstance(self.actor, RecurrentActor)
+
     def act(self, observation: jax.Array, key: jax.Array, greedy: bool = True) -> jax.Array:
         """int32[N] actions for per-agent observations float32[N, *F] (any leading axes work).
 
         ``F`` is ``feature_shape`` (``(D,)`` for the vector forms, ``(K, K, 6)`` for the grid).
         ``greedy`` picks the best-scored action; otherwise actions are sampled with ``key``
-        (:func:`sample_actions`). ``greedy`` may be a traced bool.
+        (:func:`sample_actions`). ``greedy`` may be a traced bool. A recurrent policy acts
+        through :meth:`step`.
         """
+        if self.recurrent:
+            raise ValueError("LoadedPolicy.act: this policy is recurrent (network.recurrent); play it with "
+                             "step(observation, carry, key), carry = initial_carry() at each episode's start")
+        observation = self._checked(observation, "act")
+        scores = self.actor.apply(self.params, observation)
+        sampled = sample_actions(scores, key, self.epsilon)
+        return jnp.where(greedy, jnp.argmax(scores, axis=-1), sampled).astype(jnp.int32)
+
+    def initial_carry(self, batch_shape: Tuple[int, ...] = ()) -> jax.Array:
+        """float32[*batch_shape, N, H]: the hidden state of every agent at an episode's start
+        (H = 0 for a feedforward policy, which has none)."""
+        num_agents = int(self.meta["observation_shape"][0])
+        size = self.actor.gru_hidden if self.recurrent else 0
+        return jnp.zeros(tuple(batch_shape) + (num_agents, size), jnp.float32)
+
+    def step(self, observation: jax.Array, carry: jax.Array, key: jax.Array,
+             greedy: bool = True) -> Tuple[jax.Array, jax.Array]:
+        """``(actions int32[..., N], carry)`` for observations float32[..., N, *F] and the hidden
+        state ``carry`` float32[..., N, H] (:meth:`initial_carry` at an episode's start): one
+        step of either kind of policy (a feedforward one passes ``carry`` through)."""
+        if not self.recurrent:
+            return self.act(observation, key, greedy), carry
+        observation = self._checked(observation, "step")[None]  # one time step
+        carry, logits = self.actor.apply(self.params, carry, observation, jnp.zeros(carry.shape[:-1], bool)[None])
+        logits = logits[0]
+        actions = jnp.where(greedy, jnp.argmax(logits, axis=-1), sample_actions(logits, key))
+        return actions.astype(jnp.int32), carry
+
+    def _checked(self, observation, method: str) -> jax.Array:
         observation = jnp.asarray(observation, jnp.float32)
         expected = self.feature_shape or (self.observation_size,)
         if tuple(observation.shape[observation.ndim - len(expected):]) != tuple(expected):
             got = observation.shape[-1] if len(expected) == 1 else tuple(observation.shape[-len(expected):])
             want = expected[0] if len(expected) == 1 else tuple(expected)
             raise ValueError(
-                f"LoadedPolicy.act: observation has {got} features per agent, the policy "
+                f"LoadedPolicy.{method}: observation has {got} features per agent, the policy "
                 f"expects {want} (trained with cube_jax.make(**{self.env_kwargs}))"
             )
-        scores = self.actor.apply(self.params, observation)
-        sampled = sample_actions(scores, key, self.epsilon)
-        return jnp.where(greedy, jnp.argmax(scores, axis=-1), sampled).astype(jnp.int32)
+        return observation
 
-    def for_world(self, env, name: str = "policy") -> ActorPolicy:
+    def for_world(self, env, name: str = "policy"):
         """This policy as a batched policy on ``env``'s world (greedy by default): it reads the
         observation form it was trained with; ValueError when that does not fit ``env``."""
         cfg = dataclasses.replace(env.cfg, observation=self.env_kwargs.get("observation", "vector"),
@@ -126,6 +205,8 @@ class LoadedPolicy:
                 f"the policy reads observations of shape {tuple(expected)} per agent (trained on "
                 f"cube_jax.make(**{self.env_kwargs})); this world gives {got} in its {cfg.observation!r} form "
                 f"({env.num_agents} agents, {env.num_blocks} blocks): use a world of the same size")
+        if self.recurrent:
+            return RecurrentActorPolicy(self.actor, self.params, cfg, name)
         return ActorPolicy(self.actor, self.params, cfg, name, self.epsilon)
 
 
@@ -164,4 +245,8 @@ def _restore_network(directory: Path, meta: Dict[str, Any], feature_shape: Tuple
         saved = restore_actor(directory, abstract)
         return network, saved.q_network, float(saved.eval_epsilon)
     actor, _ = build_networks(meta["network"], meta["num_actions"], len(feature_shape))
-    return actor, restore_actor(directory, jax.eval_shape(actor.init, jax.random.PRNGKey(0), sample)), None
+    if isinstance(actor, RecurrentActor):
+        abstract = jax.eval_shape(lambda key: init_recurrent(actor, key, sample), jax.random.PRNGKey(0))
+    else:
+        abstract = jax.eval_shape(actor.init, jax.random.PRNGKey(0), sample)
+    return actor, restore_actor(directory, abstract), None

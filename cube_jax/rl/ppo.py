@@ -16,6 +16,17 @@ seeds at once. :class:`PPO` is a :class:`~cube_jax.rl.trainer.Trainer`: the driv
 (:mod:`cube_jax.rl.run`) runs the same updates (:func:`~cube_jax.rl.trainer.update_chunk`)
 in jitted chunks to show progress, save checkpoints and shard the env batch over a device
 mesh.
+
+With ``network.recurrent`` the actor and the critic are GRUs
+(:class:`~cube_jax.rl.networks.RecurrentActor`, :class:`~cube_jax.rl.networks.RecurrentCritic`),
+as in JaxMARL's IPPO-RNN and MAPPO-RNN. The runner then carries both hidden states
+``float32[E, N, H]`` and whether each env's current observation starts an episode (where
+the states are zeroed before they read it). A rollout keeps the hidden states it started
+from and each step's start flags; the update replays the GRUs over the rollout from there,
+with minibatches of whole environments' sequences rather than of single steps. A truncated
+step is bootstrapped from the critic's value of the pre-reset state read with the hidden
+state the critic had after that step, before the reset: the cut episode's memory, one
+step further.
 """
 from __future__ import annotations
 
@@ -32,8 +43,8 @@ from cube_jax.core.observations import grid_observation
 from cube_jax.evaluation.batched import rollout, summarize
 from cube_jax.rl.config import Config, env_kwargs
 from cube_jax.rl.gae import bootstrap_values, gae
-from cube_jax.rl.networks import build_networks
-from cube_jax.rl.policy import ActorPolicy
+from cube_jax.rl.networks import build_networks, init_recurrent
+from cube_jax.rl.policy import ActorPolicy, RecurrentActorPolicy
 from cube_jax.rl.shaping import ShapingWrapper
 from cube_jax.rl.trainer import mask_mean, stagger_start, update_chunk
 from cube_jax.core.types import EnvConfig, State
@@ -118,6 +129,14 @@ class Runner:
 
 
 @struct.dataclass
+class RecurrentRunner(Runner):
+    """A :class:`Runner` of GRU networks (``network.recurrent``)."""
+
+    hidden: Dict[str, jax.Array]  # {"actor", "critic"}: float32[E, N, H] before reading obs
+    starts: jax.Array  # bool[E] obs is the first of an episode: the hidden states are zeroed before reading it
+
+
+@struct.dataclass
 class Transition:
     obs: jax.Array  # float32[E, N, D]
     critic_in: jax.Array  # float32[E, N, C]
@@ -129,6 +148,8 @@ class Transition:
     truncated: jax.Array  # bool[E]
     final_critic_in: jax.Array  # float32[E, N, C] critic input of the pre-reset state
     episode: Dict[str, jax.Array]  # LogWrapper statistics, each [E]
+    start: Any = None  # recurrent only: bool[E] obs is the first of an episode
+    critic_hidden: Any = None  # recurrent only: float32[E, N, H] the critic's state after reading critic_in
 
 
 class PPO:
@@ -150,6 +171,7 @@ class PPO:
         # The actor flattens every feature axis of one agent's observation (several for "grid").
         feature_dims = len(self.env.observation_shape) - 1
         self.actor, self.critic = build_networks(config.network.model_dump(), self.env.num_actions, feature_dims)
+        self.recurrent = config.network.recurrent
         self.num_envs, self.num_steps = t.num_envs, t.num_steps
         self.num_updates = t.total_timesteps // (self.num_envs * self.num_steps)
         self.num_agents = self.env.num_agents
@@ -185,19 +207,28 @@ class PPO:
         if self.train_cfg.stagger_start:
             env_state, obs = stagger_start(self.env, env_state, jax.random.fold_in(k_env, 1))
         sample_critic = self.critic_inputs(env_state, obs)[0, 0]
+        if not self.recurrent:
+            params = {
+                "actor": self.actor.init(k_actor, ts.observation[0, 0]),
+                "critic": self.critic.init(k_critic, sample_critic),
+            }
+            return Runner(params, self.optimizer.init(params), env_state, obs, key, jnp.int32(0))
         params = {
-            "actor": self.actor.init(k_actor, ts.observation[0, 0]),
-            "critic": self.critic.init(k_critic, sample_critic),
+            "actor": init_recurrent(self.actor, k_actor, ts.observation[0, 0]),
+            "critic": init_recurrent(self.critic, k_critic, sample_critic),
         }
-        return Runner(params, self.optimizer.init(params), env_state, obs, key, jnp.int32(0))
+        zeros = jnp.zeros((self.num_envs, self.num_agents, self.config.network.gru_hidden), jnp.float32)
+        return RecurrentRunner(params, self.optimizer.init(params), env_state, obs, key, jnp.int32(0),
+                               hidden={"actor": zeros, "critic": zeros}, starts=jnp.ones((self.num_envs,), bool))
 
     def updates_done(self, runner: Runner) -> jax.Array:
         """int32[]: updates this runner has made."""
         return runner.update
 
     def env_batched(self, runner: Runner) -> Runner:
-        """Which leaves of ``runner`` have the env axis first: the environments and their observations."""
-        return Runner(
+        """Which leaves of ``runner`` have the env axis first: the environments, their
+        observations and (recurrent) the hidden states and start flags."""
+        batched = Runner(
             params=jax.tree.map(lambda _: False, runner.params),
             opt_state=jax.tree.map(lambda _: False, runner.opt_state),
             env_state=jax.tree.map(lambda _: True, runner.env_state),
@@ -205,16 +236,36 @@ class PPO:
             key=False,
             update=False,
         )
+        if not self.recurrent:
+            return batched
+        return RecurrentRunner(**vars(batched), hidden=jax.tree.map(lambda _: True, runner.hidden), starts=True)
 
     def policy_params(self, runner: Runner):
         """The actor's parameters: what :meth:`evaluate` and a saved policy need."""
         return runner.params["actor"]
 
+    def _agent_starts(self, starts: jax.Array) -> jax.Array:
+        """bool[1, E, N]: an env's start flags ``bool[E]`` for each of its agents, as one time step."""
+        return jnp.broadcast_to(starts[:, None], (starts.shape[0], self.num_agents))[None]
+
+    def _read_step(self, runner: Runner, critic_in: jax.Array):
+        """``(logits float32[E, N, A], values float32[E, N], runner)`` for the current
+        observations; a recurrent runner comes back with its hidden states advanced."""
+        if not self.recurrent:
+            logits = self.actor.apply(runner.params["actor"], runner.obs)  # [E, N, A]
+            value = self.critic.apply(runner.params["critic"], critic_in)  # [E, N]
+            return logits, value, runner
+        resets = self._agent_starts(runner.starts)
+        params, hidden = runner.params, runner.hidden
+        actor_hidden, logits = self.actor.apply(params["actor"], hidden["actor"], runner.obs[None], resets)
+        critic_hidden, value = self.critic.apply(params["critic"], hidden["critic"], critic_in[None], resets)
+        return logits[0], value[0], runner.replace(hidden={"actor": actor_hidden, "critic": critic_hidden})
+
     def _env_step(self, runner: Runner, _) -> Tuple[Runner, Transition]:
         key, k_act = jax.random.split(runner.key)
         critic_in = self.critic_inputs(runner.env_state, runner.obs)
-        logits = self.actor.apply(runner.params["actor"], runner.obs)  # [E, N, A]
-        value = self.critic.apply(runner.params["critic"], critic_in)  # [E, N]
+        before = runner
+        logits, value, runner = self._read_step(runner, critic_in)
         pi = distrax.Categorical(logits=logits)
         action = pi.sample(seed=k_act).astype(jnp.int32)
         log_prob = pi.log_prob(action)
@@ -231,24 +282,55 @@ class PPO:
             runner.obs, critic_in, action, log_prob, value, reward,
             ts.terminated, ts.truncated, ts.extras["final_critic_input"], episode,
         )
-        return runner.replace(env_state=env_state, obs=ts.observation, key=key), transition
+        runner = runner.replace(env_state=env_state, obs=ts.observation, key=key)
+        if self.recurrent:
+            transition = transition.replace(start=before.starts, critic_hidden=runner.hidden["critic"])
+            runner = runner.replace(starts=ts.terminated | ts.truncated)
+        return runner, transition
+
+    def _last_value(self, runner: Runner) -> jax.Array:
+        """float32[E, N]: the critic's value of the observations after the rollout."""
+        critic_in = self.critic_inputs(runner.env_state, runner.obs)
+        if not self.recurrent:
+            return self.critic.apply(runner.params["critic"], critic_in)
+        return self._read_step(runner, critic_in)[1]
+
+    def _final_values(self, critic_params, traj: Transition) -> jax.Array:
+        """float32[T, E, N]: the critic's value of each step's pre-reset state, in one batched
+        pass over the whole rollout; only truncated steps read it. A recurrent critic reads it
+        with the hidden state it had after the step (before any reset), as one more step of
+        the same episode."""
+        if not self.recurrent:
+            return self.critic.apply(critic_params, traj.final_critic_in)  # [T, E, N]
+        no_reset = jnp.zeros((1,) + traj.value.shape, bool)
+        return self.critic.apply(critic_params, traj.critic_hidden, traj.final_critic_in[None], no_reset)[1][0]
 
     def advantages(self, critic_params, traj: Transition, last_value: jax.Array) -> Tuple[jax.Array, jax.Array]:
         """(advantages, targets) float32[T, E, N] with truncation bootstrapped."""
         t = self.train_cfg
-        # One batched critic pass over the whole rollout; only truncated steps read it.
-        final_values = self.critic.apply(critic_params, traj.final_critic_in)  # [T, E, N]
+        final_values = self._final_values(critic_params, traj)
         terminated = traj.terminated[..., None]
         truncated = traj.truncated[..., None]
         boot = bootstrap_values(traj.value, last_value, final_values, terminated, truncated)
         return gae(traj.reward, traj.value, boot, terminated | truncated, t.gamma, t.gae_lambda)
 
+    def replay(self, params, batch: Dict[str, Any]) -> Tuple[jax.Array, jax.Array]:
+        """``(logits float32[..., A], values float32[...])`` of a batch of samples (or a
+        minibatch) under ``params``; a recurrent batch (``[T, E', N, ...]`` steps) is replayed
+        through the GRUs from its ``hidden`` states, zeroed where ``start``."""
+        if not self.recurrent:
+            return self.actor.apply(params["actor"], batch["obs"]), self.critic.apply(params["critic"],
+                                                                                      batch["critic_in"])
+        hidden = batch["hidden"]
+        _, logits = self.actor.apply(params["actor"], hidden["actor"], batch["obs"], batch["start"])
+        _, value = self.critic.apply(params["critic"], hidden["critic"], batch["critic_in"], batch["start"])
+        return logits, value
+
     def _loss(self, params, batch: Dict[str, jax.Array]):
         t = self.train_cfg
-        logits = self.actor.apply(params["actor"], batch["obs"])
+        logits, value = self.replay(params, batch)
         pi = distrax.Categorical(logits=logits)
         log_prob = pi.log_prob(batch["action"])
-        value = self.critic.apply(params["critic"], batch["critic_in"])
         # Clipped value loss keeps the critic from jumping far from the values the data was collected with.
         value_clipped = batch["value"] + jnp.clip(value - batch["value"], -t.clip_eps, t.clip_eps)
         value_loss = 0.5 * jnp.mean(
@@ -279,26 +361,42 @@ class PPO:
         updates = jax.tree.map(lambda u: -lr * u, updates)
         return (optax.apply_updates(params, updates), opt_state), stats
 
-    def _epoch(self, carry, key, samples, lr):
+    def minibatches(self, key: jax.Array, samples: Dict[str, Any]) -> Dict[str, Any]:
+        """``samples`` shuffled and split into ``num_minibatches`` along a new leading axis:
+        single agent steps, or (recurrent) whole environments' sequences, so the GRUs replay
+        each one from the hidden state it started the rollout with."""
         m = self.train_cfg.num_minibatches
-        perm = jax.random.permutation(key, self.batch_size)
-        minibatches = jax.tree.map(lambda x: x[perm].reshape((m, self.minibatch_size) + x.shape[1:]), samples)
+        if not self.recurrent:
+            perm = jax.random.permutation(key, self.batch_size)
+            return jax.tree.map(lambda x: x[perm].reshape((m, self.minibatch_size) + x.shape[1:]), samples)
+        perm = jax.random.permutation(key, self.num_envs)
+
+        def split(x, env_axis):  # [..., E, ...] -> [m, ..., E / m, ...]
+            x = jnp.take(x, perm, axis=env_axis)
+            x = x.reshape(x.shape[:env_axis] + (m, self.num_envs // m) + x.shape[env_axis + 1:])
+            return jnp.moveaxis(x, env_axis, 0)
+
+        steps = {k: split(v, 1) for k, v in samples.items() if k != "hidden"}  # time-major [T, E, N, ...]
+        return {**steps, "hidden": jax.tree.map(lambda x: split(x, 0), samples["hidden"])}  # [E, N, H]
+
+    def _epoch(self, carry, key, samples, lr):
+        minibatches = self.minibatches(key, samples)
         return jax.lax.scan(lambda c, b: self._minibatch_step(c, b, lr), carry, minibatches)
 
-    def update(self, runner: Runner, num_updates=None) -> Tuple[Runner, Dict[str, jax.Array]]:
-        """One PPO update: a rollout of num_steps, GAE, update_epochs over shuffled minibatches.
+    def collect(self, runner: Runner) -> Tuple[Runner, Transition, Dict[str, Any]]:
+        """A rollout of num_steps and its GAE: ``(runner, trajectory [T, E, ...], samples)``.
 
-        ``num_updates`` (int or int32[], default the config's budget) is the horizon the
-        learning rate anneals over.
+        The samples are flat ``[T * E * N, ...]`` agent steps, or (recurrent) time-major
+        ``[T, E, N, ...]`` with each step's ``start`` flags and the ``hidden`` states
+        ``[E, N, H]`` the rollout started from.
         """
-        num_updates = self.num_updates if num_updates is None else num_updates
-        lr = self.learning_rate(runner.update, num_updates)
+        initial_hidden = runner.hidden if self.recurrent else None
         runner, traj = jax.lax.scan(self._env_step, runner, None, self.num_steps)
-        last_value = self.critic.apply(runner.params["critic"], self.critic_inputs(runner.env_state, runner.obs))
+        last_value = self._last_value(runner)
         advantage, target = self.advantages(runner.params["critic"], traj, last_value)
 
         def flat(x):  # [T, E, N, ...] -> [T*E*N, ...]: agents are samples like envs and steps
-            return x.reshape((self.batch_size,) + x.shape[3:])
+            return x if self.recurrent else x.reshape((self.batch_size,) + x.shape[3:])
 
         samples = {
             "obs": flat(traj.obs),
@@ -309,6 +407,20 @@ class PPO:
             "advantage": flat(advantage),
             "target": flat(target),
         }
+        if self.recurrent:
+            samples["start"] = jnp.broadcast_to(traj.start[..., None], traj.action.shape)
+            samples["hidden"] = initial_hidden
+        return runner, traj, samples
+
+    def update(self, runner: Runner, num_updates=None) -> Tuple[Runner, Dict[str, jax.Array]]:
+        """One PPO update: a rollout of num_steps, GAE, update_epochs over shuffled minibatches.
+
+        ``num_updates`` (int or int32[], default the config's budget) is the horizon the
+        learning rate anneals over.
+        """
+        num_updates = self.num_updates if num_updates is None else num_updates
+        lr = self.learning_rate(runner.update, num_updates)
+        runner, traj, samples = self.collect(runner)
         key, k_epochs = jax.random.split(runner.key)
         (params, opt_state), stats = jax.lax.scan(
             lambda c, k: self._epoch(c, k, samples, lr),
@@ -331,7 +443,10 @@ class PPO:
 
     # -- evaluation -----------------------------------------------------------------------------
     def act(self, actor_params, observation: jax.Array, key: jax.Array, greedy) -> jax.Array:
-        """int32[...]: actions for observations float32[..., D]; ``greedy`` may be a traced bool."""
+        """int32[...]: actions for observations float32[..., D]; ``greedy`` may be a traced bool.
+        Feedforward actors only: a recurrent one acts through :class:`RecurrentActorPolicy`."""
+        if self.recurrent:
+            raise ValueError("PPO.act: a recurrent actor needs its hidden state; play it with RecurrentActorPolicy")
         logits = self.actor.apply(actor_params, observation)
         sampled = jax.random.categorical(key, logits)
         return jnp.where(greedy, jnp.argmax(logits, axis=-1), sampled).astype(jnp.int32)
@@ -352,9 +467,9 @@ class PPO:
         # Both halves start from the same layouts, so greedy and sampled are compared on equal terms.
         reset_keys = jnp.tile(jax.random.split(k_reset, episodes), (2, 1))
         greedy = jnp.arange(total) < episodes  # bool[2E]: first half greedy, second half sampled
-        policy = ActorPolicy(self.actor, actor_params, env.cfg)
+        policy = (RecurrentActorPolicy if self.recurrent else ActorPolicy)(self.actor, actor_params, env.cfg)
         stats, film = rollout(env, policy, reset_keys, env.max_steps,
-                              policy_states=(jax.random.split(k_play, total), greedy), film=True)
+                              policy_states=policy.states(jax.random.split(k_play, total), greedy), film=True)
 
         def half(part):
             return summarize(jax.tree.map(lambda x: x[part], stats))
