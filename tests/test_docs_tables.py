@@ -22,11 +22,12 @@ BLOCKS = [(doc, script, json_path, body) for doc in DOCS
 EXPECTED = {
     "docs/symbolic.md": {"benchmarks/planners.py"},
     "docs/symbolic_eval.md": {"benchmarks/heuristic_eval.py"},
-    "docs/llm.md": {"benchmarks/runtime_clocks.py", "benchmarks/llm_harness.py"},
+    "docs/llm.md": {"benchmarks/runtime_clocks.py", "benchmarks/llm_harness.py", "benchmarks/llm_models.py"},
     "docs/drwell.md": {"benchmarks/drwell.py"},
     "docs/analytics.md": {"benchmarks/analytics_planners.py", "benchmarks/analytics_speed.py"},
     "docs/browser.md": {"benchmarks/web_browser.py"},
     "docs/performance.md": {"benchmarks/throughput.py"},
+    "docs/baselines.md": {"benchmarks/baselines_report.py", "benchmarks/rl_seeds.py"},
 }
 
 
