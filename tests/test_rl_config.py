@@ -163,7 +163,7 @@ def test_errors_quote_a_short_excerpt_of_a_long_value(tmp_path):
 
 
 def test_unknown_preset_lists_the_available_ones():
-    with pytest.raises(C.ConfigError, match=r"available presets: \['gpu', 'hard'\]"):
+    with pytest.raises(C.ConfigError, match=r"available presets: \['gpu', 'hard', 'ippo_rnn', 'mappo_rnn'\]"):
         C.build("ippo", preset="tpu-pod")
 
 

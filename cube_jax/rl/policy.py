@@ -238,7 +238,7 @@ def _restore_network(directory: Path, meta: Dict[str, Any], feature_shape: Tuple
     """``(module, params, epsilon)`` of a checkpoint's policy: the actor (epsilon None), or
     for PQN-VDN the Q-network and the exploration of its sampled evaluation."""
     sample = jnp.zeros(feature_shape, jnp.float32)
-    if meta["algo"] == "pqn_vdn":
+    if meta.get("algo") == "pqn_vdn":  # checkpoints of older runs may not name it
         network = build_q_network(meta["network"], meta["num_actions"], len(feature_shape))
         abstract = QPolicyParams(jax.eval_shape(network.init, jax.random.PRNGKey(0), sample),
                                  jax.ShapeDtypeStruct((), jnp.float32))
