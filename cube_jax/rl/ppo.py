@@ -46,7 +46,7 @@ from cube_jax.rl.gae import bootstrap_values, gae
 from cube_jax.rl.networks import build_networks, init_recurrent
 from cube_jax.rl.policy import ActorPolicy, RecurrentActorPolicy
 from cube_jax.rl.shaping import ShapingWrapper
-from cube_jax.rl.trainer import mask_mean, stagger_start, update_chunk
+from cube_jax.rl.trainer import episode_metrics, stagger_start, update_chunk
 from cube_jax.core.types import EnvConfig, State
 from cube_jax.core.wrappers import AutoResetWrapper, LogWrapper
 
@@ -427,13 +427,8 @@ class PPO:
             (runner.params, runner.opt_state),
             jax.random.split(k_epochs, self.train_cfg.update_epochs),
         )
-        ep, done = traj.episode, traj.episode["returned_episode"]
         metrics = {
-            "episode_return": mask_mean(ep["episode_return"], done),
-            "success_rate": mask_mean(ep["success"], done),
-            "blocks_delivered_frac": mask_mean(ep["blocks_delivered"] / self.env.num_blocks, done),
-            "episode_length": mask_mean(ep["episode_length"], done),
-            "episodes": done.sum(),
+            **episode_metrics(traj.episode, self.env.num_blocks),
             "reward_mean": traj.reward.mean(),
             "lr": lr,
             **jax.tree.map(jnp.mean, stats),

@@ -43,7 +43,7 @@ from cube_jax.rl.gae import bootstrap_values
 from cube_jax.rl.networks import build_q_network
 from cube_jax.rl.policy import ActorPolicy, QPolicyParams, epsilon_greedy
 from cube_jax.rl.shaping import ShapingWrapper
-from cube_jax.rl.trainer import mask_mean, stagger_start
+from cube_jax.rl.trainer import episode_metrics, stagger_start
 from cube_jax.core.wrappers import AutoResetWrapper, LogWrapper
 
 
@@ -267,13 +267,8 @@ class PQN:
             (runner.params, runner.opt_state),
             jax.random.split(k_epochs, self.pqn_cfg.num_epochs),
         )
-        ep, done = traj.episode, traj.episode["returned_episode"]
         metrics = {
-            "episode_return": mask_mean(ep["episode_return"], done),
-            "success_rate": mask_mean(ep["success"], done),
-            "blocks_delivered_frac": mask_mean(ep["blocks_delivered"] / self.env.num_blocks, done),
-            "episode_length": mask_mean(ep["episode_length"], done),
-            "episodes": done.sum(),
+            **episode_metrics(traj.episode, self.env.num_blocks),
             "reward_mean": traj.reward.mean(),
             "target_mean": target.mean(),
             "epsilon": epsilon,

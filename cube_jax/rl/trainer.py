@@ -74,6 +74,19 @@ def mask_mean(x: jax.Array, mask: jax.Array) -> jax.Array:
     return jnp.where(count > 0, total / jnp.maximum(count, 1), jnp.nan)
 
 
+def episode_metrics(episode: Dict[str, jax.Array], num_blocks: int) -> Metrics:
+    """A rollout's training-episode metrics from its LogWrapper statistics (each ``[T, E]``):
+    means over the episodes that ended in it (NaN when none did), and how many ended."""
+    done = episode["returned_episode"]
+    return {
+        "episode_return": mask_mean(episode["episode_return"], done),
+        "success_rate": mask_mean(episode["success"], done),
+        "blocks_delivered_frac": mask_mean(episode["blocks_delivered"] / num_blocks, done),
+        "episode_length": mask_mean(episode["episode_length"], done),
+        "episodes": done.sum(),
+    }
+
+
 def stagger_start(env, env_state, key: jax.Array):
     """``(env_state, observations)`` with every env's first episode started at a random step
     count in [0, max_steps) (``env_state``: a LogWrapper state batched over envs of ``env``).
