@@ -55,13 +55,7 @@ def bootstrap_cis(table: np.ndarray, strata: Optional[Sequence[object]] = None, 
     All rows share the resampled episodes, so the intervals of different metrics come
     from the same resamples. Returns three float[metrics] arrays: mean, low, high.
     """
-    table = np.asarray(table, dtype=float)
-    if table.ndim != 2 or table.shape[1] == 0:
-        raise ValueError(f"bootstrap needs a [metrics, episodes] table with at least one episode, got shape {table.shape}")
-    if not 0 < confidence < 1:
-        raise ValueError(f"confidence must lie strictly between 0 and 1, got {confidence}")
-    if not np.all(np.isfinite(table)):
-        raise ValueError("bootstrap values must be finite numbers")
+    table = _checked_table(table, confidence, "episodes")
     episodes = table.shape[1]
     labels = np.zeros(episodes, dtype=int) if strata is None else _stratum_indices(strata, episodes)
     means = table.mean(axis=1)
@@ -94,6 +88,19 @@ def bootstrap_cis(table: np.ndarray, strata: Optional[Sequence[object]] = None, 
     lows[varying] = np.where((low > means[varying]) & (low - means[varying] <= tolerance), means[varying], low)
     highs[varying] = np.where((high < means[varying]) & (means[varying] - high <= tolerance), means[varying], high)
     return means, lows, highs
+
+
+def _checked_table(table, confidence: float, unit: str) -> np.ndarray:
+    """``table`` as float[metrics, units]; ValueError for a bad shape, confidence or value."""
+    table = np.asarray(table, dtype=float)
+    if table.ndim != 2 or table.shape[1] == 0:
+        raise ValueError(f"bootstrap needs a [metrics, {unit}] table with at least one {unit[:-1]}, "
+                         f"got shape {table.shape}")
+    if not 0 < confidence < 1:
+        raise ValueError(f"confidence must lie strictly between 0 and 1, got {confidence}")
+    if not np.all(np.isfinite(table)):
+        raise ValueError("bootstrap values must be finite numbers")
+    return table
 
 
 def _stratum_indices(strata: Sequence[object], episodes: int) -> np.ndarray:
@@ -199,13 +206,7 @@ def iqm_cis(table: np.ndarray, strata: Optional[Sequence[object]] = None, confid
     """
     import scipy.stats
 
-    table = np.asarray(table, dtype=float)
-    if table.ndim != 2 or table.shape[1] == 0:
-        raise ValueError(f"bootstrap needs a [metrics, runs] table with at least one run, got shape {table.shape}")
-    if not 0 < confidence < 1:
-        raise ValueError(f"confidence must lie strictly between 0 and 1, got {confidence}")
-    if not np.all(np.isfinite(table)):
-        raise ValueError("bootstrap values must be finite numbers")
+    table = _checked_table(table, confidence, "runs")
     if resamples < 1:
         raise ValueError(f"resamples must be at least 1, got {resamples}")
     runs = table.shape[1]
