@@ -222,7 +222,9 @@ def bench_sweep(ns, envs, rounds: int) -> dict:
 def _kernel(n: int, blocks: int) -> str:
     from cube_jax.core.dynamics import FOLD_MAX_AGENTS, FOLD_MAX_BLOCKS
 
-    return "folded" if n <= FOLD_MAX_AGENTS and blocks <= FOLD_MAX_BLOCKS else "large"
+    push = "folded" if blocks <= FOLD_MAX_BLOCKS else "large"
+    movement = "folded" if n <= FOLD_MAX_AGENTS else "large"
+    return push if push == movement else f"{push} push, {movement} movement"
 
 
 def _median(values) -> float:

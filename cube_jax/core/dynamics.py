@@ -40,6 +40,7 @@ from typing import Tuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 from jax.custom_batching import custom_vmap
 from jax.experimental.layout import Layout, with_layout_constraint
@@ -54,7 +55,7 @@ BITSET_MAX_AGENTS = 32
 FIXPOINT_MAX_AGENTS = 4
 # Push phases fold up to FOLD_MAX_BLOCKS blocks, the movement phase up to FOLD_MAX_AGENTS agents.
 FOLD_MAX_AGENTS = 32
-FOLD_MAX_BLOCKS = 32
+FOLD_MAX_BLOCKS = 64
 
 
 def ceil_log2(x: int) -> int:
@@ -62,22 +63,27 @@ def ceil_log2(x: int) -> int:
     return max(0, int(x) - 1).bit_length()
 
 
-def _until_stable(fn, x):
-    """Applies ``fn`` until ``x`` stops changing (``fn`` must reach a fixed point).
+def _until_stable(fn, x, max_rounds=None):
+    """Applies ``fn`` until ``x`` stops changing, or for at most ``max_rounds`` rounds.
 
     A ``while_loop``: its carry is materialised at every round, and a batch stops as soon
     as no environment changes any more, which for the short chains of a real world is
-    after a round or two, not after the worst case's B-1.
+    after a round or two, not after the worst case's B-1. ``x`` may be a tuple of arrays;
+    it is stable when none of them changes. Without ``max_rounds``, ``fn`` must reach a
+    fixed point; pointer jumping on a cycle of agents does not (a rotation of six agents
+    keeps moving its pointers two and four places around the ring), so it passes the
+    number of rounds after which every path has reached its end.
     """
 
     def again(carry):
-        return carry[1]
+        return carry[1] if max_rounds is None else carry[1] & (carry[2] < max_rounds)
 
     def round_(carry):
         y = fn(carry[0])
-        return y, jnp.any(y != carry[0])
+        changed = jnp.any(jnp.stack([jnp.any(a != b) for a, b in zip(jax.tree.leaves(y), jax.tree.leaves(carry[0]))]))
+        return y, changed, carry[2] + 1
 
-    return lax.while_loop(again, round_, (x, jnp.array(True)))[0]
+    return lax.while_loop(again, round_, (x, jnp.array(True), jnp.int32(0)))[0]
 
 
 FOLD_CHUNK = 32
@@ -167,6 +173,12 @@ def _cell_key(r, c) -> jax.Array:
     return r * CELL_KEY_STRIDE + c
 
 
+def _select_match(acc, term):
+    """Fold step for "the one agent with a property": ``term`` is (bool match, 1 + its index)."""
+    match, value = term
+    return jnp.where(match, value, acc)
+
+
 def _pushers_ahead(ar, ac, pusher, d: int) -> jax.Array:
     """int32[N, E]: how many consecutive cells ahead of each agent, in d, hold pushers."""
     n = ar.shape[0]
@@ -189,22 +201,23 @@ def _pushers_ahead(ar, ac, pusher, d: int) -> jax.Array:
     pusher_cell = jnp.where(pusher, _cell_key(ar, ac), NO_CELL)
 
     def right_ahead(j):  # agents with pusher j on the next cell ahead get j + 1
-        return jnp.where(pusher_cell[j][None] == next_cell, j + 1, 0)
+        return pusher_cell[j][None] == next_cell, j + 1
 
-    ahead = _fold_over(n, right_ahead, jnp.maximum, jnp.zeros(ar.shape, jnp.int32))  # 1 + index, or 0
+    # one cell holds one agent at most, so a select keeps the only match (one op fewer than a max)
+    ahead = _fold_over(n, right_ahead, _select_match, jnp.zeros(ar.shape, jnp.int32))  # 1 + index, or 0
     has = ahead > 0
+    # hops and pointer packed in one int32 (hops << 16 | ptr; N <= 4096), so that a round is one gather
     ptr = jnp.where(has, ahead - 1, jnp.arange(n, dtype=jnp.int32)[:, None])
-    hops = has.astype(jnp.int32)
+    packed = jnp.left_shift(has.astype(jnp.int32), 16) | ptr
 
-    def jump(hops, ptr):
-        return hops + jnp.take_along_axis(hops, ptr, axis=0), jnp.take_along_axis(ptr, ptr, axis=0)
+    def jump(packed):
+        further = jnp.take_along_axis(packed, packed & 0xFFFF, axis=0)
+        return (packed & ~0xFFFF) + (further & ~0xFFFF) | (further & 0xFFFF)
 
-    # Each round reads ptr twice; fused into the next round, a round would be recomputed
-    # for every read (2^rounds times in the last one), so every round is a region.
-    keep = jnp.any((ar | 1) != 0)  # always True: the region predicate
-    for _ in range(ceil_log2(n)):
-        hops, ptr = _region(keep, jump, hops, ptr)
-    return hops
+    # Lines have no cycles, so the pointers settle at the ends of the lines: a batch takes
+    # about log2 of its longest line in rounds (one, when no line is longer than two), and
+    # never more than ceil(log2 N).
+    return jnp.right_shift(_until_stable(jump, packed, ceil_log2(n)), 16)
 
 
 # --- phases --------------------------------------------------------------------------------
@@ -273,31 +286,33 @@ def movement_phase(cfg: EnvConfig, keep, actions, ar, ac, br, bc, w, alive, enga
 
     # 2. same target: the smallest id keeps its move
     def same_target(tr, tc, mover):
-        ids = jnp.arange(n)[:, None]
         target = _cell_key(tr, tc)
         claim = jnp.where(mover, target, NO_CELL)
 
-        def earlier_claim(j):  # mover j, with a smaller id, has my target
-            return (claim[j][None] == target) & (ids > j)
+        def claims(j):  # mover n - 1 - j has my target; folded from the last id down, the smallest is kept
+            return claim[n - 1 - j][None] == target, n - j
 
-        return mover & ~_fold_over(n, earlier_claim, jnp.logical_or, jnp.zeros(tr.shape, bool))
+        first = _fold_over(n, claims, _select_match, jnp.zeros(tr.shape, jnp.int32))  # 1 + smallest claimant
+        return mover & (first == jnp.arange(1, n + 1, dtype=jnp.int32)[:, None])
 
     def occupants(tr, tc, ar, ac):
         target, cell = _cell_key(tr, tc), _cell_key(ar, ac)
 
         def stands_on_target(j):
-            return jnp.where(target == cell[j][None], j + 1, 0)
+            return target == cell[j][None], j + 1
 
-        return _fold_over(n, stands_on_target, jnp.maximum, jnp.zeros(tr.shape, jnp.int32))
+        return _fold_over(n, stands_on_target, _select_match, jnp.zeros(tr.shape, jnp.int32))
 
     mover = _region(keep, same_target, tr, tc, mover)
     # 3. swaps: the agent on my target targets my cell
     occupant = _region(keep, occupants, tr, tc, ar, ac)  # 1 + the agent standing on my target, or 0
     occ = jnp.maximum(occupant - 1, 0)
     taken = occupant > 0
-    occ_moves = jnp.take_along_axis(mover, occ, axis=0) & taken
-    back = (jnp.take_along_axis(tr, occ, axis=0) == ar) & (jnp.take_along_axis(tc, occ, axis=0) == ac)
-    mover = mover & ~(occ_moves & back)
+    # the occupant's target and whether it moves, packed in one int32 (keys are below 2**26): one gather
+    theirs = jnp.take_along_axis(_cell_key(tr, tc) * 2 + mover.astype(jnp.int32), occ, axis=0)
+    occupant_moves = (theirs & 1) == 1
+    back = jnp.right_shift(theirs, 1) == _cell_key(ar, ac)
+    mover = mover & ~(occupant_moves & taken & back)
     # 4. blocked, to a fixed point. Movers' targets are distinct now, so following "who stands
     # on my target" gives simple lines (ending at a free cell or a stuck agent) and rotations
     # (which never end, and move).
@@ -306,13 +321,14 @@ def movement_phase(cfg: EnvConfig, keep, actions, ar, ac, br, bc, w, alive, enga
             mover = mover & ~(taken & ~jnp.take_along_axis(mover, occ, axis=0))
     else:
         free, stuck = n, n + 1
-        occupant_moves = jnp.take_along_axis(mover, occ, axis=0)
+        occupant_moves = jnp.take_along_axis(mover, occ, axis=0)  # after rule 3: the occupant may have lost its move
         ptr = jnp.where(taken, jnp.where(occupant_moves, occ, stuck), free)
         ptr = jnp.where(mover, ptr, stuck).astype(jnp.int32)
         ends = jnp.broadcast_to(jnp.array([[free], [stuck]], jnp.int32), (2,) + ptr.shape[1:])
         table = jnp.concatenate([ptr, ends], axis=0)
-        for _ in range(ceil_log2(n)):
-            table = _region(keep, lambda t: jnp.take_along_axis(t, t, axis=0), table)
+        # After ceil(log2 N) rounds every line has reached its end; a rotation never does
+        # (its pointers go round), and moves. Most batches settle after a round or two.
+        table = _until_stable(lambda t: jnp.take_along_axis(t, t, axis=0), table, ceil_log2(n))
         mover = mover & (table[:n] != stuck)
     # 5. everyone left moves at once
     return jnp.where(mover, tr, ar), jnp.where(mover, tc, ac)
@@ -361,33 +377,56 @@ def _region(keep: jax.Array, fn, *args):
     return _region_call(fn)(keep, *args)
 
 
+# Bit sets of blocks: uint32[W, ...] with the word axis first, W = ceil(B / 32) (one word up
+# to 32 blocks, two up to FOLD_MAX_BLOCKS); bit i % 32 of word i // 32 stands for block i.
+
+
 def _bit(i: int) -> jax.Array:
     return jnp.uint32(1 << i)
 
 
-def _has_bit(words: jax.Array, i) -> jax.Array:
-    """bool: bit i (static int or int array) of uint32 ``words``."""
-    return ((words >> jnp.asarray(i, jnp.uint32)) & 1) != 0
+def _has_bit(words: jax.Array, i: int) -> jax.Array:
+    """bool[...]: bit i (a static int) of the bit sets ``words`` (uint32[W, ...])."""
+    return ((words[i // 32] >> jnp.uint32(i % 32)) & 1) != 0
+
+
+def _has_bit_at(words: jax.Array, i: jax.Array) -> jax.Array:
+    """bool: bit i (an int array broadcasting against ``words[0]``) of ``words`` (uint32[W, ...])."""
+    word = words[0]
+    for k in range(1, words.shape[0]):
+        word = jnp.where(i >= 32 * k, words[k], word)
+    return ((word >> (i % 32).astype(jnp.uint32)) & 1) != 0
 
 
 def _fold_bits(flags) -> jax.Array:
-    """uint32 word with bit i set where ``flags[i]`` (a list of bool arrays of one shape)."""
-    out = jnp.zeros(flags[0].shape, jnp.uint32)
-    for i, f in enumerate(flags):
-        out = out | jnp.where(f, _bit(i), jnp.uint32(0))
+    """uint32[W, ...]: bit i set where ``flags[i]`` (a list of bool arrays of one shape)."""
+    words = []
+    for start in range(0, len(flags), 32):
+        out = jnp.zeros(flags[0].shape, jnp.uint32)
+        for i, f in enumerate(flags[start:start + 32]):
+            out = out | jnp.where(f, _bit(i), jnp.uint32(0))
+        words.append(out)
+    return jnp.stack(words)
+
+
+def _no_bits(words: jax.Array) -> jax.Array:
+    """bool[...]: no bit of ``words`` (uint32[W, ...]) is set."""
+    out = words[0] == 0
+    for k in range(1, words.shape[0]):
+        out = out & (words[k] == 0)
     return out
 
 
 def _row_bits(term, count: int) -> jax.Array:
-    """uint32[X, E] bit rows: bit y of row x set where ``term(y)`` (bool[X, E]) holds at x."""
+    """uint32[W, X, E] bit rows: bit y of row x set where ``term(y)`` (bool[X, E]) holds at x."""
     return _fold_bits([term(y) for y in range(count)])
 
 
 def _compose_rows(rows: jax.Array) -> jax.Array:
     """Bit rows of the relation composed with itself: row x ORs the rows of every y in row x."""
     out = jnp.zeros_like(rows)
-    for y in range(rows.shape[0]):
-        out = out | jnp.where(_has_bit(rows, y), rows[y][None], jnp.uint32(0))
+    for y in range(rows.shape[1]):
+        out = out | jnp.where(_has_bit(rows, y)[None], rows[:, y][:, None], jnp.uint32(0))
     return out
 
 
@@ -406,14 +445,26 @@ def _pushers_ahead_folded(ar, ac, pusher, d: int) -> jax.Array:
     return lax.population_count((gaps & (jnp.uint32(0) - gaps)) - jnp.uint32(1)).astype(jnp.int32)
 
 
+def _alive_side(w, alive) -> jax.Array:
+    """uint32[B, E]: each block's side, 0 for a delivered block (which covers no cell)."""
+    return jnp.where(alive, w, 0).astype(jnp.uint32)
+
+
+def _in_square(r, c, top, left, side) -> jax.Array:
+    """bool: cell (r, c) lies in the square of ``side`` (uint32) cells from (top, left). One
+    unsigned comparison per axis covers both of its bounds (a cell before the square wraps
+    round to a large number)."""
+    return ((r - top).astype(jnp.uint32) < side) & ((c - left).astype(jnp.uint32) < side)
+
+
 def _chain_targets(d: int, ar, ac, run, pusher, br, bc, w, alive) -> jax.Array:
     """int32[N, E]: 1 + the block holding the cell ``run`` cells ahead of each pusher, or 0."""
     dr, dc = ACTION_DELTAS[d]
     tr, tc = ar + dr * run, ac + dc * run
+    side = _alive_side(w, alive)
     target = jnp.zeros(ar.shape, jnp.int32)
     for j in range(br.shape[0]):
-        inside = (tr >= br[j]) & (tr < br[j] + w[j]) & (tc >= bc[j]) & (tc < bc[j] + w[j]) & alive[j]
-        target = jnp.where(inside, j + 1, target)
+        target = jnp.where(_in_square(tr, tc, br[j], bc[j], side[j]), j + 1, target)
     return jnp.where(pusher, target, 0)
 
 
@@ -439,31 +490,33 @@ def _front_rows(d: int, br, bc, w, alive) -> jax.Array:
 
 
 def _touch_rows(front: jax.Array) -> jax.Array:
-    """uint32[B, E]: the contact relation made undirected (front or its transpose), plus self."""
-    b = front.shape[0]
+    """uint32[W, B, E]: the contact relation made undirected (front or its transpose), plus self."""
+    b = front.shape[1]
     rows = jnp.arange(b)[:, None]
-    behind = _fold_bits([_has_bit(front[k][None], rows) for k in range(b)])  # bit k of row j: j in front of k
-    return front | behind | jnp.left_shift(jnp.uint32(1), rows.astype(jnp.uint32))
+    behind = _fold_bits([_has_bit_at(front[:, k][:, None], rows) for k in range(b)])  # bit k of row j: j in front of k
+    own = np.zeros(front.shape[:2] + (1,), np.uint32)
+    own[np.arange(b) // 32, np.arange(b), 0] = np.uint32(1) << (np.arange(b) % 32).astype(np.uint32)
+    return front | behind | jnp.asarray(own)
 
 
 def _downstream_of(movable, front) -> jax.Array:
-    """uint32[E]: ``movable`` and every block directly in front of one of them."""
+    """uint32[W, E]: ``movable`` and every block directly in front of one of them."""
     out = movable
-    for j in range(front.shape[0]):
-        out = out | jnp.where(_has_bit(movable, j), front[j], jnp.uint32(0))
+    for j in range(front.shape[1]):
+        out = out | jnp.where(_has_bit(movable, j)[None], front[:, j], jnp.uint32(0))
     return out
 
 
 def _block_moves(movable, comp, stuck, force, w) -> Tuple[jax.Array, jax.Array]:
     """(bool[B, E] blocks whose composite moves, uint32[E] the same as a bit set): in V, the
     composite's force at least its weight, and no block of it stuck."""
-    b = comp.shape[0]
-    surplus = jnp.zeros(comp.shape, jnp.int32)  # composite force minus composite weight
+    b = comp.shape[1]
+    surplus = jnp.zeros(comp.shape[1:], jnp.int32)  # composite force minus composite weight
     for j in range(b):
         surplus = surplus + jnp.where(_has_bit(comp, j), force[j] - w[j], 0)
     stuck_bits = _fold_bits(list(stuck))
-    in_v = _has_bit(movable[None], jnp.arange(b)[:, None])
-    moves = in_v & (surplus >= 0) & ((comp & stuck_bits[None]) == 0)
+    in_v = _has_bit_at(movable[:, None], jnp.arange(b)[:, None])
+    moves = in_v & (surplus >= 0) & _no_bits(comp & stuck_bits[:, None])
     return moves, _fold_bits(list(moves))
 
 
@@ -472,8 +525,10 @@ def _stuck(d: int, k: int, ar, ac, br, bc, w, moved) -> jax.Array:
     dr, dc = ACTION_DELTAS[d]
     tr, tc = br + dr, bc + dc
 
+    side = w.astype(jnp.uint32)
+
     def ahead(n):
-        return (ar[n] >= tr) & (ar[n] < tr + w) & (ac[n] >= tc) & (ac[n] < tc + w)
+        return _in_square(ar[n], ac[n], tr, tc, side)
 
     agent_ahead = _fold_over(ar.shape[0], ahead, jnp.logical_or, jnp.zeros(br.shape, bool))
     outside = (tr < 0) | (tc < 0) | (tr + w > k) | (tc + w > k)
@@ -503,21 +558,22 @@ def push_phase_folded(cfg: EnvConfig, keep, d: int, actions, ar, ac, br, bc, w, 
     if b > 1:  # a lone block has nothing in front of it: V is the pushed set
         movable = _until_stable(lambda m: _downstream_of(m, front), movable)
     # composites: connected components of the contact graph inside V, by doubling
-    in_v = jnp.where(_has_bit(movable[None], jnp.arange(b)[:, None]), movable[None], jnp.uint32(0))
+    in_v = jnp.where(_has_bit_at(movable[:, None], jnp.arange(b)[:, None])[None], movable[:, None], jnp.uint32(0))
     comp = touch & in_v
     if b > 1:  # a lone block is its own composite
         comp = _until_stable(_compose_rows, comp)
     block_moves, moves_bits = _region(keep, _block_moves, movable, comp, stuck, force, w)
-    agent_moves = (target > 0) & _has_bit(moves_bits[None], jnp.maximum(target - 1, 0))
+    agent_moves = (target > 0) & _has_bit_at(moves_bits[:, None], jnp.maximum(target - 1, 0))
     return _phase_result(d, ar, ac, br, bc, agent_moves, block_moves, engaged | (target > 0), moved, force)
 
 
 def _walls_and_blocks(k: int, tr, tc, mover, br, bc, w, alive):
     """Rule 1 of the movement phase: movers whose target is off the grid or in a block fail."""
     outside = (tr < 0) | (tr >= k) | (tc < 0) | (tc >= k)
+    side = _alive_side(w, alive)
     into_block = jnp.zeros(tr.shape, bool)
     for j in range(br.shape[0]):
-        into_block = into_block | ((tr >= br[j]) & (tr < br[j] + w[j]) & (tc >= bc[j]) & (tc < bc[j] + w[j]) & alive[j])
+        into_block = into_block | _in_square(tr, tc, br[j], bc[j], side[j])
     return mover & ~outside & ~into_block
 
 
@@ -580,7 +636,7 @@ def movement_phase_folded(cfg: EnvConfig, keep, actions, ar, ac, br, bc, w, aliv
         free, stuck = n, n + 1
         occupant_moves = _region(keep, _occupant_moves, mover, occupant)
         ptr = jnp.where(occupant > 0, jnp.where(occupant_moves, occupant - 1, stuck), free)
-        ptr = _until_stable(_jump, jnp.where(mover, ptr, stuck).astype(jnp.int32))
+        ptr = _until_stable(_jump, jnp.where(mover, ptr, stuck).astype(jnp.int32), ceil_log2(n))
         mover = mover & (ptr != stuck)
     return jnp.where(mover, tr, ar), jnp.where(mover, tc, ac)
 
@@ -622,6 +678,40 @@ def step_kernel(cfg: EnvConfig, ar, ac, br, bc, w, alive, actions):
         delivered_weight=jnp.where(delivered, w, 0).sum(0, dtype=jnp.int32),
     )
     return (ar, ac, br, bc, alive), events
+
+
+# Teams above FOLD_MAX_AGENTS step a large batch in tiles of environments, one tile after
+# another: their folds over agents keep [N, E] accumulators, and once those outgrow a core's
+# cache every chunk of a fold goes to memory (n = 256 lost about half of its per-agent rate
+# between 1024 and 4096 envs). A tile holds about TILE_ELEMENTS agent slots.
+TILE_ELEMENTS = 128 * 1024
+
+
+def _env_tile(n: int, e: int) -> int:
+    """Environments per tile for a step of n agents over e environments (e: no tiling): the
+    largest divisor of e within TILE_ELEMENTS // n, if one is at least a quarter of that."""
+    most = TILE_ELEMENTS // n
+    if n <= FOLD_MAX_AGENTS or e <= most:
+        return e
+    return next((t for t in range(most, most // 4 - 1, -1) if t > 0 and e % t == 0), e)
+
+
+def step_kernel_tiled(cfg: EnvConfig, ar, ac, br, bc, w, alive, actions):
+    """:func:`step_kernel` over tiles of environments (see TILE_ELEMENTS); the same results."""
+    e = ar.shape[-1]
+    tile = _env_tile(ar.shape[0], e)
+    if tile == e:
+        return step_kernel(cfg, ar, ac, br, bc, w, alive, actions)
+    tiles = e // tile
+
+    def split(x):  # [..., E] -> [tiles, ..., tile]
+        return jnp.moveaxis(x.reshape(x.shape[:-1] + (tiles, tile)), -2, 0)
+
+    def merge(x):  # [tiles, ..., tile] -> [..., E]
+        return jnp.moveaxis(x, 0, -2).reshape(x.shape[1:-1] + (e,))
+
+    out = lax.map(lambda a: step_kernel(cfg, *a), tuple(split(x) for x in (ar, ac, br, bc, w, alive, actions)))
+    return jax.tree.map(merge, out)
 
 
 @custom_vmap
@@ -690,7 +780,8 @@ def step_state(cfg: EnvConfig, state: State, actions: jax.Array) -> Tuple[State,
     bpos = env_last(state.block_pos, lead, 2)
     acts = env_last(jnp.broadcast_to(actions_int32(actions), state.agent_pos.shape[:-1]), lead, 1)
     weight, alive = env_last(state.block_weight, lead, 1), env_last(state.block_alive, lead, 1)
-    (ar, ac, br, bc, alive), events = step_kernel(cfg, pos[:, 0], pos[:, 1], bpos[:, 0], bpos[:, 1], weight, alive, acts)
+    (ar, ac, br, bc, alive), events = step_kernel_tiled(cfg, pos[:, 0], pos[:, 1], bpos[:, 0], bpos[:, 1], weight,
+                                                       alive, acts)
     new_state = state.replace(
         agent_pos=env_first(jnp.stack([ar, ac], axis=1), lead),
         block_pos=env_first(jnp.stack([br, bc], axis=1), lead),

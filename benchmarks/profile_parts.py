@@ -1,0 +1,213 @@
+"""Where the time goes: one step at n = 256 and one IPPO update at n = 4, piece by piece.
+
+Each piece is jitted on its own and timed as the median of rounds of calls back to back, on
+whatever cores the process may use (pin it for figures that compare: ``taskset -c 0`` and
+``XLA_FLAGS=--xla_cpu_multi_thread_eigen=false``). The pieces:
+
+* ``step``: the step rules at n = 256 (45 blocks) over a batch of environments taken 20 random
+  steps into their episodes: the whole step (``step_kernel``), the count of pushers ahead of
+  every agent in one push phase, one push phase (RIGHT) and the movement phase, each with
+  the kernel the step itself picks for that phase;
+* ``update``: one IPPO update of the default preset (``configs/ippo.yaml``) on the
+  n-curriculum at n = 4 with one seed: the rollout (``PPO.collect``: num_steps steps of
+  num_envs environments, actor, critic, sampling, the wrapped environment step and the
+  shaping), the whole update (the rollout, GAE and update_epochs passes over shuffled
+  minibatches), and two parts of the rollout for a batch of 4096 states: the preset's
+  shaping potential and the environment step.
+
+    taskset -c 0 env XLA_FLAGS=--xla_cpu_multi_thread_eigen=false python benchmarks/profile_parts.py \\
+        --before benchmarks/results/profile_parts_before.json --doc
+
+``--before`` takes the JSON of the same script run on an earlier checkout (for example a
+``git worktree`` of the earlier commit, run with ``PYTHONPATH`` pointing at it) and shows
+both; ``--doc`` rewrites the generated block of ``docs/performance.md``.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = "benchmarks/profile_parts.py"
+DEFAULT_OUT = ROOT / "benchmarks" / "results" / "profile_parts.json"
+DOC = ROOT / "docs" / "performance.md"
+
+
+def _timed(fn, *args, rounds: int, calls: int = 5) -> float:
+    """Median over ``rounds`` of the mean time of ``calls`` calls (ms); compiles first."""
+    import jax
+
+    jax.block_until_ready(fn(*args))
+    times = []
+    for _ in range(rounds):
+        start = time.perf_counter()
+        for _ in range(calls):
+            out = fn(*args)
+        jax.block_until_ready(out)
+        times.append((time.perf_counter() - start) / calls * 1e3)
+    times.sort()
+    return times[len(times) // 2]
+
+
+def profile_step(n: int, envs: int, rounds: int) -> list:
+    import jax
+
+    import cube_jax
+    from cube_jax.core import dynamics as D
+
+    env = cube_jax.make(n=n, observation="egocentric")
+    cfg = env.cfg
+    state, _ = jax.vmap(env.reset)(jax.random.split(jax.random.PRNGKey(0), envs))
+    step = jax.jit(jax.vmap(env.step))
+    for i in range(20):
+        state, _ = step(state, jax.random.randint(jax.random.PRNGKey(i), (envs, n), 0, 5))
+    lead = state.t.shape
+    pos, bpos = D.env_last(state.agent_pos, lead, 2), D.env_last(state.block_pos, lead, 2)
+    ar, ac, br, bc = pos[:, 0], pos[:, 1], bpos[:, 0], bpos[:, 1]
+    w, alive = D.env_last(state.block_weight, lead, 1), D.env_last(state.block_alive, lead, 1)
+    actions = jax.random.randint(jax.random.PRNGKey(99), (n, envs), 0, 5)
+    engaged, moved = jax.numpy.zeros(ar.shape, bool), jax.numpy.zeros(br.shape, bool)
+    keep = jax.numpy.array(True)
+    push = D.push_phase_folded if br.shape[0] <= D.FOLD_MAX_BLOCKS else D.push_phase
+    movement = D.movement_phase_folded if n <= D.FOLD_MAX_AGENTS else D.movement_phase
+    right = 4
+    pieces = [
+        ("whole step", jax.jit(lambda *a: D.step_kernel(cfg, *a)), (ar, ac, br, bc, w, alive, actions)),
+        ("count of pushers ahead, one push phase", jax.jit(lambda r, c, a: D._pushers_ahead(r, c, a == right, right)),
+         (ar, ac, actions)),
+        ("one push phase (RIGHT)", jax.jit(lambda *a: push(cfg, keep, right, *a)),
+         (actions, ar, ac, br, bc, w, alive, engaged, moved)),
+        ("movement phase", jax.jit(lambda *a: movement(cfg, keep, *a)), (actions, ar, ac, br, bc, w, alive, engaged)),
+    ]
+    label = f"step, n = {n} ({br.shape[0]} blocks), {envs} envs"
+    return [{"group": label, "piece": name, "ms": _timed(fn, *args, rounds=rounds)} for name, fn, args in pieces]
+
+
+def profile_update(rounds: int) -> tuple:
+    import jax
+    import jax.numpy as jnp
+
+    import cube_jax
+    from cube_jax.rl import config as C
+    from cube_jax.rl.ppo import PPO
+    from cube_jax.rl.shaping import ShapingWrapper
+
+    config = C.build("ippo", overrides=["env.scenario=null", "env.n=4", "num_seeds=1"])
+    ppo = PPO(config)
+    runner = jax.jit(ppo.init)(jax.random.PRNGKey(0))
+    t, shaping = config.train, config.shaping
+    env = cube_jax.make(n=4)
+    shaped = ShapingWrapper(env, t.gamma, shaping.align_weight, shaping.reach_weight)
+    states, _ = jax.vmap(env.reset)(jax.random.split(jax.random.PRNGKey(1), 4096))
+    stay = jnp.zeros((4096, 4), jnp.int32)
+    label = f"IPPO update, n = 4, {t.num_envs} envs x {t.num_steps} steps, one seed"
+    pieces = [
+        ("rollout (collect)", jax.jit(ppo.collect), (runner,)),
+        ("whole update", jax.jit(ppo.update), (runner,)),
+        ("shaping potential, 4096 states", jax.jit(jax.vmap(shaped.potential)), (states,)),
+        ("environment step, 4096 states", jax.jit(jax.vmap(env.step)), (states, stay)),
+    ]
+    rows = [{"group": label, "piece": name, "ms": _timed(fn, *args, rounds=rounds)} for name, fn, args in pieces]
+    return rows, ppo.steps_per_update
+
+
+def _machine() -> dict:
+    import jax
+
+    return {
+        "date": time.strftime("%Y-%m-%d %H:%M"),
+        "jax": jax.__version__,
+        "backend": jax.default_backend(),
+        "cpus_usable": len(os.sched_getaffinity(0)),
+        "xla_flags": os.environ.get("XLA_FLAGS", ""),
+        "load_average": os.getloadavg()[0],
+    }
+
+
+def _rate(data: dict):
+    update = next((r["ms"] for r in data["pieces"] if r["piece"] == "whole update"), None)
+    return None if update is None else data["env_steps_per_update"] / (update / 1e3)
+
+
+def render(data: dict) -> str:
+    m = data["machine"]
+    before = data.get("before")
+    lines = [
+        f"Run of {m['date']}: JAX {m['jax']}, backend `{m['backend']}`, {m['cpus_usable']} usable core(s), "
+        f"XLA_FLAGS `{m['xla_flags'] or '(none)'}`, load average {m['load_average']:.1f}"
+        + (f"; before: `{before['source']}`, run of {before['machine']['date']} ({before['machine']['cpus_usable']} "
+           f"usable core(s), load average {before['machine']['load_average']:.1f})." if before else "."),
+        "",
+    ]
+    old = {(r["group"], r["piece"]): r["ms"] for r in before["pieces"]} if before else {}
+    if before:
+        lines += ["| what | piece | before | after | after / before |", "| --- | --- | --- | --- | --- |"]
+    else:
+        lines += ["| what | piece | time |", "| --- | --- | --- |"]
+    for r in data["pieces"]:
+        if before:
+            was = old.get((r["group"], r["piece"]))
+            ratio = f"{r['ms'] / was:.2f}" if was else ""
+            was_text = f"{was:.2f} ms" if was else ""
+            lines.append(f"| {r['group']} | {r['piece']} | {was_text} | {r['ms']:.2f} ms | {ratio} |")
+        else:
+            lines.append(f"| {r['group']} | {r['piece']} | {r['ms']:.2f} ms |")
+    rate = _rate(data)
+    if rate is not None:
+        text = f"IPPO training, one seed: {data['env_steps_per_update']} env steps per update, {rate:.3g} env-steps/s"
+        if before and _rate(before) is not None:
+            text += f" (before: {_rate(before):.3g})"
+        lines += ["", text + "."]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--n", type=int, default=256, help="team size of the step's pieces (default 256)")
+    parser.add_argument("--envs", type=int, default=1024, help="batch of the step's pieces (default 1024)")
+    parser.add_argument("--rounds", type=int, default=7, help="rounds per piece; the median is reported")
+    parser.add_argument("--sections", default="step,update", help="comma-separated: step, update")
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    parser.add_argument("--before", type=Path, help="this script's JSON from an earlier checkout")
+    parser.add_argument("--doc", action="store_true", help="rewrite the generated block of docs/performance.md")
+    args = parser.parse_args(argv)
+    sections = [s.strip() for s in args.sections.split(",") if s.strip()]
+    unknown = sorted(set(sections) - {"step", "update"})
+    if unknown:
+        parser.error(f"--sections: unknown {', '.join(unknown)}; choose from step, update")
+    if args.n < 1 or args.envs < 1 or args.rounds < 1:
+        parser.error("--n, --envs and --rounds must be at least 1")
+    data = {"machine": _machine(), "pieces": [], "env_steps_per_update": None}
+    if "step" in sections:
+        data["pieces"] += profile_step(args.n, args.envs, args.rounds)
+        print(f"  timed the step's pieces at n = {args.n}", flush=True)
+    if "update" in sections:
+        rows, data["env_steps_per_update"] = profile_update(args.rounds)
+        data["pieces"] += rows
+        print("  timed the IPPO update's pieces", flush=True)
+    if args.before:
+        before = json.loads(args.before.read_text())
+        before.pop("before", None)
+        resolved = args.before.resolve()
+        before["source"] = str(resolved.relative_to(ROOT)) if resolved.is_relative_to(ROOT) else args.before.name
+        data["before"] = before
+    print(render(data))
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(data, indent=2))
+    print(f"wrote {args.out}")
+    if args.doc:
+        sys.path.insert(0, str(Path(__file__).parent))
+        from bench_common import write_generated
+
+        write_generated(DOC, SCRIPT, str(args.out.resolve().relative_to(ROOT)))
+        print(f"rewrote the generated block of {DOC}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
