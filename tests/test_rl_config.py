@@ -84,6 +84,13 @@ def test_gpu_preset_is_one_flag_away():
     assert cfg.env.scenario == "easy"  # the preset changes scale, not the world
 
 
+def test_curriculum_preset_trains_on_the_n_curriculum_with_the_nearest_reach():
+    cfg = C.build("ippo", preset="curriculum", overrides=["env.n=3"])
+    assert cfg.env.scenario is None and cfg.env.n == 3
+    assert cfg.shaping.reach == "nearest" and cfg.shaping.dense_coef == 0.0
+    assert "curriculum" in C.presets()
+
+
 def test_presets_layer_in_order_on_the_command_line():
     cfg = launch.parse_args("mappo", ["--preset", "hard", "--preset", "gpu", "train.lr=1e-4"])
     assert cfg.env.scenario == "hard" and cfg.shaping.enabled is True  # from hard.yaml
@@ -126,6 +133,7 @@ def test_later_files_override_earlier_ones(tmp_path):
         ("train.target_success=2", "train.target_success must be less than or equal to 1, got 2"),
         ("train.target_check_every=0", "train.target_check_every must be greater than 0, got 0"),
         ("shaping.dense_coef=-0.3", "shaping.dense_coef must be greater than or equal to 0, got -0.3"),
+        ("shaping.reach=closest", "shaping.reach must be 'quorum' or 'nearest', got 'closest'"),
     ],
 )
 def test_bad_overrides_say_what_is_wrong(override, message):
@@ -163,7 +171,7 @@ def test_errors_quote_a_short_excerpt_of_a_long_value(tmp_path):
 
 
 def test_unknown_preset_lists_the_available_ones():
-    with pytest.raises(C.ConfigError, match=r"available presets: \['gpu', 'hard', 'ippo_rnn', 'mappo_rnn'\]"):
+    with pytest.raises(C.ConfigError, match=r"available presets: \['curriculum', 'gpu', 'hard', 'ippo_rnn', 'mappo_rnn'\]"):
         C.build("ippo", preset="tpu-pod")
 
 

@@ -140,6 +140,38 @@ def test_reach_potential_measures_each_block_to_its_nearest_quorum():
     assert float(reach_potential(state)) == pytest.approx(-11 / 96)
 
 
+def test_nearest_reach_draws_each_agent_to_its_nearest_left_face():
+    from cube_jax.rl.shaping import ShapingWrapper, reach_potential, shaping_potential
+
+    env = cube_jax.make("easy")
+    state, _ = jax.jit(env.reset)(jax.random.PRNGKey(0))
+    # Agent (2,0): faces (1,1), (3,3), (6,1) are 2, 4 and 5 away; agent (5,0): 5, 5 and 2.
+    # The mean of the nearest, 2, over 2K = 16.
+    assert float(reach_potential(state, "nearest")) == pytest.approx(-2 / 16)
+    assert float(shaping_potential(state, reach_weight=2.0, reach="nearest")) == pytest.approx(
+        float(shaping_potential(state)) - 2 * 2 / 16)
+    hard = cube_jax.make("hard")
+    state, _ = jax.jit(hard.reset)(jax.random.PRNGKey(0))
+    # Agents (1,0), (3,0), (5,0): nearest faces 1 (weight 3, column 1 rows 1-3), 1 (the same) and
+    # 0 (weight 2, column 0 rows 5-6): mean 2/3 over 2K = 16.
+    assert float(reach_potential(state, "nearest")) == pytest.approx(-(2 / 3) / 16)
+    # Once every block is delivered the term is 0, like the others.
+    done = state.replace(block_alive=jnp.zeros_like(state.block_alive))
+    assert float(reach_potential(done, "nearest")) == 0.0
+    with pytest.raises(ValueError, match="reach mode must be one of quorum, nearest, got 'closest'"):
+        ShapingWrapper(env, gamma=0.99, reach_weight=1.0, reach="closest")
+
+
+@pytest.mark.parametrize("agents", [5, 40], ids=["counted", "sorted"])
+def test_rank_orders_agents_by_distance_with_ties_by_id(agents):
+    from cube_jax.rl.shaping import SORT_MIN_AGENTS, _rank
+
+    assert (agents > SORT_MIN_AGENTS) == (agents == 40)
+    dist = np.random.default_rng(agents).integers(0, 4, size=(6, agents)).astype(np.float32)  # many ties
+    want = np.argsort(np.argsort(dist, axis=1, kind="stable"), axis=1, kind="stable")
+    np.testing.assert_array_equal(np.asarray(_rank(jnp.asarray(dist))), want)
+
+
 def test_alignment_potential_counts_the_left_face_quorum():
     from cube_jax.rl.shaping import ShapingWrapper, alignment_potential
 

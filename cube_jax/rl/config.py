@@ -193,6 +193,10 @@ class ShapingSection(Section):
     coef: NonNegative = Field(0.1, description="scale of the whole potential-based term")
     align_weight: NonNegative = Field(0.0, description="weight of the left-face quorum alignment")
     reach_weight: NonNegative = Field(0.0, description="weight of the nearest agents' distance to each left face")
+    reach: Literal["quorum", "nearest"] = Field(
+        "quorum", description="the reach term: 'quorum' (each block's nearest quorum, summed over blocks) or "
+        "'nearest' (each agent's distance to the nearest alive block's left face)",
+    )
     dense_coef: NonNegative = Field(
         0.0, description="scale of a per-step reward phi(s') - align_weight (<= 0, 0 once all is delivered)"
     )

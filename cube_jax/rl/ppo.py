@@ -164,7 +164,7 @@ class PPO:
         env = self.env
         shaping = config.shaping
         if shaping.enabled:
-            env = ShapingWrapper(env, t.gamma, shaping.align_weight, shaping.reach_weight)
+            env = ShapingWrapper(env, t.gamma, shaping.align_weight, shaping.reach_weight, shaping.reach)
         self.train_env = LogWrapper(AutoResetWrapper(FinalCriticInputWrapper(env, self.critic_kind)))
         self.shaping_coef = float(shaping.coef) if shaping.enabled else 0.0
         self.dense_coef = float(shaping.dense_coef) if shaping.enabled else 0.0

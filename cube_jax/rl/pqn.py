@@ -126,7 +126,7 @@ class PQN:
         env = self.env
         shaping = config.shaping
         if shaping.enabled:
-            env = ShapingWrapper(env, t.gamma, shaping.align_weight, shaping.reach_weight)
+            env = ShapingWrapper(env, t.gamma, shaping.align_weight, shaping.reach_weight, shaping.reach)
         # The auto-reset keeps each step's pre-reset observation: truncated steps bootstrap from it.
         self.train_env = LogWrapper(AutoResetWrapper(env))
         self.shaping_coef = float(shaping.coef) if shaping.enabled else 0.0

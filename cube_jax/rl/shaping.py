@@ -19,6 +19,12 @@ papers' reward unchanged: the shaping term of a step ``s -> s'`` is
   is the mean Manhattan distance (the concept ``distance_to_face``) from the block's left
   face to the ``min(F_b, N)`` agents nearest to it. It draws agents back to blocks nobody
   is working on, for example the last block of "easy" once the others are delivered.
+  With ``reach="nearest"`` it is instead ``- mean_i min_b m_ib / (2K)`` over the agents,
+  where ``m_ib`` is agent ``i``'s distance to alive block ``b``'s left face: each agent is
+  drawn to the block nearest to it. Summed over blocks (the default, ``"quorum"``), the
+  distances of random layouts on a large grid pull every agent towards a point between
+  the blocks, where moving towards any one of them costs as much as it gains; the
+  n-curriculum's agents were seen hovering there for whole episodes.
 
 Being potential-based, that term changes no advantage once the critic has learned the
 shaped values: ``Q'(s, a) = Q(s, a) - phi(s)``. A seed whose policy never delivers the
@@ -65,17 +71,48 @@ def _alignment(state: State, force: jax.Array) -> jax.Array:
     return jnp.sum(w * share) / jnp.sum(w)
 
 
-def _reach(state: State, force: jax.Array) -> jax.Array:
-    k = state.grid_size
-    n, b = state.agent_pos.shape[0], state.block_pos.shape[0]
-    w = state.block_weight.astype(jnp.float32)
+REACH_MODES = ("quorum", "nearest")
+
+
+def _face_distances(state: State) -> jax.Array:
+    """float32[B, N]: every agent's distance to every block's left face."""
 
     def face_distances(block):  # float32[N]: every agent's distance to the block's left face line
         return jax.vmap(lambda pos: distance_to_face(state, pos, block, LEFT_FACE))(state.agent_pos)
 
-    dist = jnp.sort(jax.vmap(face_distances)(jnp.arange(b)).astype(jnp.float32), axis=1)  # [B, N], nearest first
+    return jax.vmap(face_distances)(jnp.arange(state.block_pos.shape[0])).astype(jnp.float32)
+
+
+def _reach_nearest(state: State) -> jax.Array:
+    """float32[]: minus the mean over agents of the distance to the nearest alive block's left face / 2K."""
+    dist = jnp.where(state.block_alive[:, None], _face_distances(state), jnp.inf)
+    nearest = jnp.min(dist, axis=0)  # [N]; inf once every block is delivered
+    return -jnp.mean(jnp.where(jnp.isfinite(nearest), nearest, 0.0)) / (2 * state.grid_size)
+
+
+SORT_MIN_AGENTS = 32
+
+
+def _rank(dist: jax.Array) -> jax.Array:
+    """int32[B, N]: each agent's place among the agents by distance to each block, nearest
+    first (ties by agent id). Up to SORT_MIN_AGENTS agents by counting who comes first
+    (elementwise; XLA sorts a small axis on CPU as slowly as a large one), above by a sort."""
+    n = dist.shape[-1]
+    if n > SORT_MIN_AGENTS:
+        return jnp.argsort(jnp.argsort(dist, axis=-1, stable=True), axis=-1).astype(jnp.int32)
+    mine, theirs = dist[:, :, None], dist[:, None, :]  # [B, i, 1], [B, 1, j]
+    ids = jnp.arange(n)
+    before = (theirs < mine) | ((theirs == mine) & (ids[None, None, :] < ids[None, :, None]))  # j before i
+    return jnp.sum(before, axis=-1, dtype=jnp.int32)
+
+
+def _reach(state: State, force: jax.Array) -> jax.Array:
+    k = state.grid_size
+    n = state.agent_pos.shape[0]
+    w = state.block_weight.astype(jnp.float32)
+    dist = _face_distances(state)  # [B, N]
     quorum = jnp.minimum(force, n)  # [B]
-    counted = jnp.arange(n)[None, :] < quorum[:, None]
+    counted = _rank(dist) < quorum[:, None]  # the quorum nearest agents of each block
     mean = jnp.sum(jnp.where(counted, dist, 0.0), axis=1) / quorum
     return -jnp.sum(jnp.where(state.block_alive, w * mean, 0.0)) / (2 * k * jnp.sum(w))
 
@@ -85,20 +122,31 @@ def alignment_potential(state: State) -> jax.Array:
     return _alignment(state, _left_face_force(state))
 
 
-def reach_potential(state: State) -> jax.Array:
-    """float32[]: minus the weighted distance from each alive block's left face to its nearest quorum, in [-1, 0]."""
-    return _reach(state, _left_face_force(state))
+def reach_potential(state: State, mode: str = "quorum") -> jax.Array:
+    """float32[]: in [-1, 0]; ``"quorum"``: minus the weighted distance from each alive block's left
+    face to its nearest quorum; ``"nearest"``: minus each agent's distance to the nearest left face."""
+    _check_reach_mode(mode)
+    return _reach_nearest(state) if mode == "nearest" else _reach(state, _left_face_force(state))
 
 
-def shaping_potential(state: State, align_weight: float = 0.0, reach_weight: float = 0.0) -> jax.Array:
+def _check_reach_mode(mode: str) -> None:
+    if mode not in REACH_MODES:
+        raise ValueError(f"reach mode must be one of {', '.join(REACH_MODES)}, got {mode!r}")
+
+
+def shaping_potential(state: State, align_weight: float = 0.0, reach_weight: float = 0.0,
+                      reach: str = "quorum") -> jax.Array:
     """float32[]: ``progress + align_weight * alignment + reach_weight * reach`` (see the module doc)."""
+    _check_reach_mode(reach)
     phi = block_progress_potential(state)
-    if align_weight or reach_weight:
+    if align_weight or (reach_weight and reach == "quorum"):
         force = _left_face_force(state)  # shared by both terms
         if align_weight:
             phi = phi + align_weight * _alignment(state, force)
-        if reach_weight:
+        if reach_weight and reach == "quorum":
             phi = phi + reach_weight * _reach(state, force)
+    if reach_weight and reach == "nearest":
+        phi = phi + reach_weight * _reach_nearest(state)
     return phi
 
 
@@ -109,17 +157,20 @@ class ShapingWrapper:
     Put it innermost (under the auto-reset) so that ``s'`` is the pre-reset state.
     """
 
-    def __init__(self, env, gamma: float, align_weight: float = 0.0, reach_weight: float = 0.0):
+    def __init__(self, env, gamma: float, align_weight: float = 0.0, reach_weight: float = 0.0,
+                 reach: str = "quorum"):
+        _check_reach_mode(reach)
         self._env = env
         self.gamma = float(gamma)
         self.align_weight = float(align_weight)
         self.reach_weight = float(reach_weight)
+        self.reach = reach
 
     def __getattr__(self, name):
         return getattr(self._env, name)
 
     def potential(self, state: State) -> jax.Array:
-        return shaping_potential(state, self.align_weight, self.reach_weight)
+        return shaping_potential(state, self.align_weight, self.reach_weight, self.reach)
 
     def reset(self, key):
         state, ts = self._env.reset(key)
