@@ -46,7 +46,7 @@ from cube_jax.rl.gae import bootstrap_values, gae
 from cube_jax.rl.networks import build_networks, init_recurrent
 from cube_jax.rl.policy import ActorPolicy, RecurrentActorPolicy
 from cube_jax.rl.shaping import ShapingWrapper
-from cube_jax.rl.trainer import episode_metrics, stagger_start, update_chunk
+from cube_jax.rl.trainer import episode_metrics, run_epochs, stagger_start, update_chunk
 from cube_jax.core.types import EnvConfig, State
 from cube_jax.core.wrappers import AutoResetWrapper, LogWrapper
 
@@ -421,12 +421,7 @@ class PPO:
         num_updates = self.num_updates if num_updates is None else num_updates
         lr = self.learning_rate(runner.update, num_updates)
         runner, traj, samples = self.collect(runner)
-        key, k_epochs = jax.random.split(runner.key)
-        (params, opt_state), stats = jax.lax.scan(
-            lambda c, k: self._epoch(c, k, samples, lr),
-            (runner.params, runner.opt_state),
-            jax.random.split(k_epochs, self.train_cfg.update_epochs),
-        )
+        key, params, opt_state, stats = run_epochs(self._epoch, runner, samples, lr, self.train_cfg.update_epochs)
         metrics = {
             **episode_metrics(traj.episode, self.env.num_blocks),
             "reward_mean": traj.reward.mean(),

@@ -43,7 +43,7 @@ from cube_jax.rl.gae import bootstrap_values
 from cube_jax.rl.networks import build_q_network
 from cube_jax.rl.policy import ActorPolicy, QPolicyParams, epsilon_greedy
 from cube_jax.rl.shaping import ShapingWrapper
-from cube_jax.rl.trainer import episode_metrics, stagger_start
+from cube_jax.rl.trainer import episode_metrics, run_epochs, stagger_start
 from cube_jax.core.wrappers import AutoResetWrapper, LogWrapper
 
 
@@ -261,12 +261,7 @@ class PQN:
             return x.reshape((self.batch_size,) + x.shape[2:])
 
         samples = {"obs": flat(traj.obs), "action": flat(traj.action), "target": flat(target)}
-        key, k_epochs = jax.random.split(runner.key)
-        (params, opt_state), stats = jax.lax.scan(
-            lambda c, k: self._epoch(c, k, samples, lr),
-            (runner.params, runner.opt_state),
-            jax.random.split(k_epochs, self.pqn_cfg.num_epochs),
-        )
+        key, params, opt_state, stats = run_epochs(self._epoch, runner, samples, lr, self.pqn_cfg.num_epochs)
         metrics = {
             **episode_metrics(traj.episode, self.env.num_blocks),
             "reward_mean": traj.reward.mean(),

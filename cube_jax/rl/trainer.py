@@ -67,6 +67,19 @@ def update_chunk(trainer: Trainer, state: Any, active, num_updates, length: int)
 
 
 # --- what the trainers share ---------------------------------------------------------------------
+def run_epochs(epoch, runner, samples, lr, count: int):
+    """``count`` passes of ``epoch(carry, key, samples, lr)`` over one rollout's samples,
+    from the runner's ``(params, opt_state)``, each with a key of its own split from
+    ``runner.key``: ``(next runner key, params, opt_state, stats [count, ...])``."""
+    key, k_epochs = jax.random.split(runner.key)
+    (params, opt_state), stats = jax.lax.scan(
+        lambda c, k: epoch(c, k, samples, lr),
+        (runner.params, runner.opt_state),
+        jax.random.split(k_epochs, count),
+    )
+    return key, params, opt_state, stats
+
+
 def mask_mean(x: jax.Array, mask: jax.Array) -> jax.Array:
     """Mean of ``x`` where ``mask``; NaN when the mask is empty (no episode finished)."""
     count = mask.sum()
