@@ -68,9 +68,8 @@ def _until_stable(fn, x, max_rounds=None):
 
     A ``while_loop``: its carry is materialised at every round, and a batch stops as soon
     as no environment changes any more, which for the short chains of a real world is
-    after a round or two, not after the worst case's B-1. ``x`` may be a tuple of arrays;
-    it is stable when none of them changes. Without ``max_rounds``, ``fn`` must reach a
-    fixed point; pointer jumping on a cycle of agents does not (a rotation of six agents
+    after a round or two, not after the worst case's B-1. Without ``max_rounds``, ``fn``
+    must reach a fixed point; pointer jumping on a cycle of agents does not (a rotation of six agents
     keeps moving its pointers two and four places around the ring), so it passes the
     number of rounds after which every path has reached its end.
     """
@@ -80,8 +79,7 @@ def _until_stable(fn, x, max_rounds=None):
 
     def round_(carry):
         y = fn(carry[0])
-        changed = jnp.any(jnp.stack([jnp.any(a != b) for a, b in zip(jax.tree.leaves(y), jax.tree.leaves(carry[0]))]))
-        return y, changed, carry[2] + 1
+        return y, jnp.any(y != carry[0]), carry[2] + 1
 
     return lax.while_loop(again, round_, (x, jnp.array(True), jnp.int32(0)))[0]
 

@@ -41,6 +41,7 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from cube_jax.core.observations import OBSERVATION_FORM_NAMES
+from cube_jax.rl.shaping import REACH_MODES
 
 CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs"
 ALGO_FILES = ("ippo", "mappo", "pqn_vdn")  # configs/<algo>.yaml; every other file there is a preset
@@ -74,6 +75,7 @@ Text = Annotated[str, BeforeValidator(_text)]
 # Every observation form of the core is trainable: the actor flattens a form with more than
 # one feature axis ("grid") before its MLP (cube_jax/rl/networks.py).
 ObservationForm = Literal[OBSERVATION_FORM_NAMES]  # type: ignore[valid-type]
+ReachMode = Literal[REACH_MODES]  # type: ignore[valid-type]
 
 
 def _cross_field(message: str, *keys: str) -> PydanticCustomError:
@@ -193,7 +195,7 @@ class ShapingSection(Section):
     coef: NonNegative = Field(0.1, description="scale of the whole potential-based term")
     align_weight: NonNegative = Field(0.0, description="weight of the left-face quorum alignment")
     reach_weight: NonNegative = Field(0.0, description="weight of the nearest agents' distance to each left face")
-    reach: Literal["quorum", "nearest"] = Field(
+    reach: ReachMode = Field(
         "quorum", description="the reach term: 'quorum' (each block's nearest quorum, summed over blocks) or "
         "'nearest' (each agent's distance to the nearest alive block's left face)",
     )

@@ -139,14 +139,12 @@ def shaping_potential(state: State, align_weight: float = 0.0, reach_weight: flo
     """float32[]: ``progress + align_weight * alignment + reach_weight * reach`` (see the module doc)."""
     _check_reach_mode(reach)
     phi = block_progress_potential(state)
-    if align_weight or (reach_weight and reach == "quorum"):
-        force = _left_face_force(state)  # shared by both terms
-        if align_weight:
-            phi = phi + align_weight * _alignment(state, force)
-        if reach_weight and reach == "quorum":
-            phi = phi + reach_weight * _reach(state, force)
-    if reach_weight and reach == "nearest":
-        phi = phi + reach_weight * _reach_nearest(state)
+    quorum_reach = reach_weight and reach == "quorum"
+    force = _left_face_force(state) if align_weight or quorum_reach else None  # shared by both terms
+    if align_weight:
+        phi = phi + align_weight * _alignment(state, force)
+    if reach_weight:
+        phi = phi + reach_weight * (_reach(state, force) if quorum_reach else _reach_nearest(state))
     return phi
 
 
