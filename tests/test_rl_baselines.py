@@ -150,6 +150,7 @@ def test_mappo_script_writes_the_run_folder(tmp_path):
     assert summary["env"]["scenario"] == "hard"
     saved = yaml.safe_load((run_folder(stdout) / "config.yaml").read_text())
     assert saved["shaping"]["enabled"] and saved["shaping"]["align_weight"] == 1.0  # the hard preset
+    assert saved["shaping"]["reach"] == "nearest" and saved["num_seeds"] == 4
     assert summary["eval"]["block_weights"] == [3, 2, 1]
 
 

@@ -94,7 +94,7 @@ def test_curriculum_preset_trains_on_the_n_curriculum_with_the_nearest_reach():
 def test_presets_layer_in_order_on_the_command_line():
     cfg = launch.parse_args("mappo", ["--preset", "hard", "--preset", "gpu", "train.lr=1e-4"])
     assert cfg.env.scenario == "hard" and cfg.shaping.enabled is True  # from hard.yaml
-    assert cfg.shaping.reach_weight == 1.0 and cfg.shaping.align_weight == 1.0
+    assert (cfg.shaping.reach, cfg.shaping.reach_weight, cfg.shaping.align_weight) == ("nearest", 2.0, 1.0)
     assert cfg.train.num_envs == 4096 and cfg.train.total_timesteps == 200_000_000  # gpu.yaml, later
     assert cfg.train.lr == 1e-4  # overrides come last
 

@@ -423,3 +423,39 @@ def test_the_progress_line_shows_each_seeds_success():
         "blocks delivered 0.55  success per seed [0: 0.95, 1: 0.00]"
     )
 
+
+
+def _equations(jaxpr):
+    """Every equation of a jaxpr, those of the jaxprs inside its equations included."""
+    for eqn in jaxpr.eqns:
+        yield eqn
+        for param in eqn.params.values():
+            for sub in param if isinstance(param, (list, tuple)) else (param,):
+                inner = getattr(sub, "jaxpr", sub)
+                if hasattr(inner, "eqns"):
+                    yield from _equations(inner)
+
+
+@pytest.mark.parametrize("algo, preset", [("ippo", None), ("mappo", "mappo_rnn"), ("pqn_vdn", None)])
+def test_seeds_initialise_their_networks_one_qr_at_a_time(algo, preset):
+    # Batched over the seeds, the orthogonal initializer's QR is one LAPACK call that splits
+    # its batch over XLA's CPU thread pool and waits; two of them side by side hung a 2-core
+    # machine (the first chunk of `--preset hard num_seeds=4` never returned). Every QR of
+    # the seeds' initialisation must see a single matrix, with flax's values.
+    from flax import linen as nn
+
+    from cube_jax.rl import networks
+    from cube_jax.rl.run import TRAINERS
+
+    config = C.build(algo, preset=preset, overrides=["network.hidden=16", "network.gru_hidden=8"])
+    trainer = TRAINERS[algo](config)
+    keys = jax.random.split(jax.random.PRNGKey(0), 4)
+    qrs = [eqn for eqn in _equations(jax.make_jaxpr(jax.vmap(trainer.init))(keys).jaxpr)
+           if eqn.primitive.name in ("qr", "geqrf", "geqp3", "householder_product")]
+    assert all(eqn.invars[0].aval.ndim == 2 for eqn in qrs), [eqn.invars[0].aval for eqn in qrs]
+    if algo != "pqn_vdn":  # its Q-network uses flax's default (lecun normal) kernels
+        assert qrs
+    init = networks.orthogonal(2.0)
+    batched = jax.jit(jax.vmap(lambda k: init(k, (24, 16))))(keys)
+    for key, matrix in zip(keys, batched):
+        np.testing.assert_array_equal(np.asarray(matrix), np.asarray(nn.initializers.orthogonal(2.0)(key, (24, 16))))

@@ -7,10 +7,28 @@ import functools
 
 import flax.linen as nn
 import jax
+import jax.custom_batching
 import jax.numpy as jnp
 import numpy as np
 
 ACTIVATIONS = {"tanh": nn.tanh, "relu": nn.relu}
+
+
+def orthogonal(scale: float = 1.0):
+    """Flax's orthogonal initializer, whose QR runs one matrix at a time under ``jax.vmap``.
+
+    Batched, the QR is one LAPACK call that splits its batch over XLA's CPU thread pool and
+    waits for the pieces; two of them side by side (the actor's and the critic's, every seed
+    initialised at once) can each hold a thread of a small pool while waiting for the other
+    thread, and the process hangs (a 2-core CPU: the first chunk of a run never returned).
+    ``sequential_vmap`` loops over the batch instead, with the same values.
+    """
+    base = nn.initializers.orthogonal(scale)
+
+    def init(key, shape, dtype=jnp.float32):
+        return jax.custom_batching.sequential_vmap(lambda k: base(k, shape, dtype))(key)
+
+    return init
 
 
 class MLP(nn.Module):
@@ -26,9 +44,9 @@ class MLP(nn.Module):
     def __call__(self, x: jax.Array) -> jax.Array:
         act = ACTIVATIONS[self.activation]
         for _ in range(self.layers):
-            x = act(nn.Dense(self.hidden, kernel_init=nn.initializers.orthogonal(np.sqrt(2)))(x))
+            x = act(nn.Dense(self.hidden, kernel_init=orthogonal(np.sqrt(2)))(x))
         # A small policy head starts near-uniform; the critic head starts at unit scale.
-        return nn.Dense(self.out, kernel_init=nn.initializers.orthogonal(self.head_scale))(x)
+        return nn.Dense(self.out, kernel_init=orthogonal(self.head_scale))(x)
 
 
 class Actor(nn.Module):
@@ -78,7 +96,7 @@ class ResettingGRU(nn.Module):
     def __call__(self, hidden: jax.Array, step):
         inputs, resets = step
         hidden = jnp.where(resets[..., None], jnp.zeros_like(hidden), hidden)
-        hidden, out = nn.GRUCell(self.hidden)(hidden, inputs)
+        hidden, out = nn.GRUCell(self.hidden, recurrent_kernel_init=orthogonal())(hidden, inputs)
         return hidden, out
 
 
@@ -97,7 +115,7 @@ class RecurrentActor(nn.Module):
     @nn.compact
     def __call__(self, hidden: jax.Array, observation: jax.Array, resets: jax.Array):
         x = flat_features(observation, observation.ndim - self.feature_dims)
-        x = ACTIVATIONS[self.activation](nn.Dense(self.hidden, kernel_init=nn.initializers.orthogonal(np.sqrt(2)))(x))
+        x = ACTIVATIONS[self.activation](nn.Dense(self.hidden, kernel_init=orthogonal(np.sqrt(2)))(x))
         hidden, x = ResettingGRU(self.gru_hidden)(hidden, (x, resets))
         return hidden, MLP(self.hidden, self.layers, self.num_actions, self.activation, head_scale=0.01)(x)
 
@@ -114,7 +132,7 @@ class RecurrentCritic(nn.Module):
     @nn.compact
     def __call__(self, hidden: jax.Array, critic_input: jax.Array, resets: jax.Array):
         x = ACTIVATIONS[self.activation](
-            nn.Dense(self.hidden, kernel_init=nn.initializers.orthogonal(np.sqrt(2)))(critic_input))
+            nn.Dense(self.hidden, kernel_init=orthogonal(np.sqrt(2)))(critic_input))
         hidden, x = ResettingGRU(self.gru_hidden)(hidden, (x, resets))
         return hidden, MLP(self.hidden, self.layers, 1, self.activation, head_scale=1.0)(x)[..., 0]
 
