@@ -1,7 +1,7 @@
 """IPPO and MAPPO (and PQN-VDN) over ten seeds per world, reported as the field reports RL results.
 
     nice -n 5 python benchmarks/rl_seeds.py --doc                 # ippo and mappo on easy and hard, 10 seeds
-    python benchmarks/rl_seeds.py --worlds n2,n3 --budget n3=8000000
+    python benchmarks/rl_seeds.py --worlds n2,n3 --budget n3=20000000
     python benchmarks/rl_seeds.py --algos pqn_vdn --worlds easy
     python benchmarks/rl_seeds.py --quick                         # a tiny smoke run into runs/rl_seeds-quick
     python benchmarks/rl_seeds.py --render-only --doc             # figures and doc table from the JSON alone
@@ -72,11 +72,12 @@ class World:
 
 
 WORLDS = {w.name: w for w in (
-    World("easy", "easy", (), (), 2_000_000),
+    World("easy", "easy", (), (), 6_000_000),  # the default preset's budget
     World("hard", "hard", ("hard",), (), 3_000_000),
-    World("n2", "n = 2", (), ("env.scenario=null", "env.n=2"), 4_000_000),
-    World("n3", "n = 3", (), ("env.scenario=null", "env.n=3"), 6_000_000),
-    World("n4", "n = 4", (), ("env.scenario=null", "env.n=4"), 10_000_000),
+    # the n-curriculum: configs/curriculum.yaml (20x20, fresh layouts, nearest-face reach)
+    World("n2", "n = 2", ("curriculum",), ("env.n=2",), 40_000_000),
+    World("n3", "n = 3", ("curriculum",), ("env.n=3",), 30_000_000),
+    World("n4", "n = 4", ("curriculum",), ("env.n=4",), 40_000_000),
 )}
 ALGOS = ("ippo", "mappo", "pqn_vdn")
 DEFAULT_ALGOS = ("ippo", "mappo")
