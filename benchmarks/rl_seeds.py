@@ -2,7 +2,7 @@
 
     nice -n 5 python benchmarks/rl_seeds.py --doc                 # ippo and mappo on easy and hard, 10 seeds
     python benchmarks/rl_seeds.py --worlds n2,n3 --budget n3=20000000
-    python benchmarks/rl_seeds.py --algos pqn_vdn --worlds easy
+    python benchmarks/rl_seeds.py --algos pqn_vdn --worlds easy --budget easy=2000000   # its preset's budget
     python benchmarks/rl_seeds.py --quick                         # a tiny smoke run into runs/rl_seeds-quick
     python benchmarks/rl_seeds.py --render-only --doc             # figures and doc table from the JSON alone
 

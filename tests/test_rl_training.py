@@ -424,7 +424,6 @@ def test_the_progress_line_shows_each_seeds_success():
     )
 
 
-
 def _equations(jaxpr):
     """Every equation of a jaxpr, those of the jaxprs inside its equations included."""
     for eqn in jaxpr.eqns:
