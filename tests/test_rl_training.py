@@ -80,6 +80,58 @@ def test_truncated_steps_carry_the_pre_reset_critic_input():
     assert now[0, t_index] == 0.0
 
 
+def test_truncated_values_are_read_at_the_truncated_steps_only():
+    # A 3-step limit: each env truncates at most ceil(8 / 3) = 3 times in a rollout of 8 steps,
+    # so the critic reads 8 x 3 = 24 gathered rows instead of all 64 steps; at every truncated
+    # step the value is the critic's value of that step's final input.
+    cfg = C.build("ippo", overrides=TINY + ["env.max_steps=3"])
+    ppo = PPO(cfg)
+    runner, traj, _ = jax.jit(ppo.collect)(jax.jit(ppo.init)(jax.random.PRNGKey(0)))
+    truncated = np.asarray(traj.truncated)
+    assert truncated.sum() >= 16  # most envs were cut at least twice
+    got = np.asarray(jax.jit(ppo._final_values)(runner.params["critic"], traj))
+    want = np.asarray(ppo.critic.apply(runner.params["critic"], traj.final_critic_in))
+    np.testing.assert_allclose(got[truncated], want[truncated], rtol=1e-6, atol=1e-6)
+
+
+def test_rollout_actions_are_samples_of_the_policy():
+    # Each step's actions are argmax(logits + Gumbel noise): their frequencies match the
+    # policy's probabilities (averaged over the visited observations), and the stored
+    # log-probabilities are the policy's.
+    cfg = C.build("ippo", overrides=TINY + ["train.num_envs=64", "train.num_steps=16", "train.total_timesteps=1024"])
+    ppo = PPO(cfg)
+    runner = jax.jit(ppo.init)(jax.random.PRNGKey(3))
+    # a policy far from uniform, so that a wrong sampler shows
+    actor = jax.tree.map(lambda x: 40.0 * x, runner.params["actor"])
+    runner = runner.replace(params=dict(runner.params, actor=actor))
+    _, _, samples = jax.jit(ppo.collect)(runner)
+    logits, _ = ppo.replay(runner.params, samples)
+    probs = np.asarray(jax.nn.softmax(logits))
+    actions = np.asarray(samples["action"])
+    freq = np.bincount(actions, minlength=probs.shape[1]) / len(actions)
+    assert probs.mean(0).max() < 0.9  # not a single action
+    np.testing.assert_allclose(freq, probs.mean(0), atol=0.04)  # 2048 samples: about 4 standard errors
+    log_probs = np.log(probs[np.arange(len(actions)), actions])
+    np.testing.assert_allclose(np.asarray(samples["log_prob"]), log_probs, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("n", [1, 2, 5, 1000, 16384])
+def test_shuffle_indices_is_a_permutation(n):
+    from cube_jax.rl.trainer import shuffle_indices
+
+    perm = np.asarray(jax.jit(shuffle_indices, static_argnums=1)(jax.random.PRNGKey(n), n))
+    assert perm.dtype == np.int32 and sorted(perm.tolist()) == list(range(n))
+
+
+def test_shuffle_indices_is_uniform():
+    from cube_jax.rl.trainer import shuffle_indices
+
+    draws = np.asarray(jax.jit(jax.vmap(lambda k: shuffle_indices(k, 4)))(jax.random.split(jax.random.PRNGKey(0), 24000)))
+    counts = np.unique([tuple(p) for p in draws], axis=0, return_counts=True)[1]
+    assert len(counts) == 24  # every order of 4 items, each about 1000 times
+    assert counts.min() > 850 and counts.max() < 1150  # binomial(24000, 1/24): sd 31
+
+
 def test_first_episodes_start_staggered():
     cfg = C.build("ippo", overrides=TINY + ["train.num_envs=64", "train.total_timesteps=512"])
     ppo = PPO(cfg)

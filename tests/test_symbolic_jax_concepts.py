@@ -12,6 +12,7 @@ import collections
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -361,3 +362,47 @@ def test_distance_field_matches_bfs_and_steps_descend(seed):
                 continue
             # the first of UP, DOWN, LEFT, RIGHT whose neighbour is one step closer
             assert steps[r, c] == next(a for a, nd in around if nd == d - 1), (r, c)
+
+
+def _plain_chain_weights(blocks, alive, face) -> list:
+    """Summed weight of every block's chain through ``face``, by a search over cells."""
+    dr, dc = PUSH[face]
+    square = lambda j: {(blocks[j][0] + i, blocks[j][1] + k) for i in range(blocks[j][2]) for k in range(blocks[j][2])}  # noqa: E731
+    out = []
+    for j in range(len(blocks)):
+        chain, todo = {j}, [j]
+        while todo:
+            x = todo.pop()
+            ahead = {(cr + dr, cc + dc) for cr, cc in square(x)}
+            for y in range(len(blocks)):
+                if alive[y] and y not in chain and ahead & square(y):
+                    chain.add(y)
+                    todo.append(y)
+        out.append(sum(blocks[y][2] for y in chain))
+    return out
+
+
+@pytest.mark.parametrize("groups", [2, 3])  # 24 blocks (one-word bit sets) and 36 (bool relation)
+def test_chain_weights_of_long_chains(groups):
+    # Rows of touching blocks with a heavy block leaning on two of them, and delivered
+    # blocks: chains of up to nine blocks in every direction.
+    blocks, k = [], 24
+    for i in range(groups):
+        r = 1 + 4 * i
+        blocks += [(r, 2 + c, 1) for c in range(7)] + [(r + 1, 5 + c, 1) for c in range(4)] + [(r, 9, 2)]
+    alive = [j % 13 != 12 for j in range(len(blocks))]
+    state = State(
+        agent_pos=jnp.asarray([(0, 0)], jnp.int32),
+        block_pos=jnp.asarray([(r, c) for r, c, _ in blocks], jnp.int32),
+        block_weight=jnp.asarray([w for _, _, w in blocks], jnp.int32),
+        block_alive=jnp.asarray(alive, bool),
+        t=jnp.int32(0),
+        key=jax.random.PRNGKey(0),
+        grid_size=k,
+    )
+    chains = jax.jit(jax.vmap(lambda f: C.chain_weights(state, f)))(jnp.arange(4))
+    live = np.asarray(alive)  # (a delivered block's own row is not part of the rules)
+    for f in (U, D, L, R):
+        np.testing.assert_array_equal(np.asarray(chains[f])[live], np.asarray(_plain_chain_weights(blocks, alive, f))[live],
+                                      err_msg=C.FACE_NAMES[f])
+    assert np.asarray(chains[L]).max() >= 8  # the chains are long (the heavy block leans on two rows)

@@ -46,7 +46,7 @@ from cube_jax.rl.gae import bootstrap_values, gae
 from cube_jax.rl.networks import build_networks, init_recurrent
 from cube_jax.rl.policy import ActorPolicy, RecurrentActorPolicy
 from cube_jax.rl.shaping import ShapingWrapper
-from cube_jax.rl.trainer import episode_metrics, run_epochs, stagger_start, update_chunk
+from cube_jax.rl.trainer import episode_metrics, run_epochs, shuffle_indices, stagger_start, update_chunk
 from cube_jax.core.types import EnvConfig, State
 from cube_jax.core.wrappers import AutoResetWrapper, LogWrapper
 
@@ -170,6 +170,8 @@ class PPO:
         self.dense_coef = float(shaping.dense_coef) if shaping.enabled else 0.0
         # The actor flattens every feature axis of one agent's observation (several for "grid").
         feature_dims = len(self.env.observation_shape) - 1
+        # IPPO's critic reads the observation as it is when it is a vector: the samples hold it once.
+        self.critic_reads_obs = self.critic_kind == "obs" and feature_dims == 1
         self.actor, self.critic = build_networks(config.network.model_dump(), self.env.num_actions, feature_dims)
         self.recurrent = config.network.recurrent
         self.num_envs, self.num_steps = t.num_envs, t.num_steps
@@ -261,14 +263,14 @@ class PPO:
         critic_hidden, value = self.critic.apply(params["critic"], hidden["critic"], critic_in[None], resets)
         return logits[0], value[0], runner.replace(hidden={"actor": actor_hidden, "critic": critic_hidden})
 
-    def _env_step(self, runner: Runner, _) -> Tuple[Runner, Transition]:
-        key, k_act = jax.random.split(runner.key)
+    def _env_step(self, runner: Runner, noise: jax.Array) -> Tuple[Runner, Transition]:
+        """One step of every environment; ``noise`` float32[E, N, A] is the step's Gumbel noise:
+        each agent takes ``argmax(logits + noise)``, a sample of its categorical policy."""
         critic_in = self.critic_inputs(runner.env_state, runner.obs)
         before = runner
         logits, value, runner = self._read_step(runner, critic_in)
-        pi = distrax.Categorical(logits=logits)
-        action = pi.sample(seed=k_act).astype(jnp.int32)
-        log_prob = pi.log_prob(action)
+        action = jnp.argmax(logits + noise, axis=-1).astype(jnp.int32)
+        log_prob = distrax.Categorical(logits=logits).log_prob(action)
         env_state, ts = jax.vmap(self.train_env.step)(runner.env_state, action)
         reward = ts.reward
         if self.shaping_coef or self.dense_coef:
@@ -282,7 +284,7 @@ class PPO:
             runner.obs, critic_in, action, log_prob, value, reward,
             ts.terminated, ts.truncated, ts.extras["final_critic_input"], episode,
         )
-        runner = runner.replace(env_state=env_state, obs=ts.observation, key=key)
+        runner = runner.replace(env_state=env_state, obs=ts.observation)
         if self.recurrent:
             transition = transition.replace(start=before.starts, critic_hidden=runner.hidden["critic"])
             runner = runner.replace(starts=ts.terminated | ts.truncated)
@@ -301,9 +303,27 @@ class PPO:
         with the hidden state it had after the step (before any reset), as one more step of
         the same episode."""
         if not self.recurrent:
-            return self.critic.apply(critic_params, traj.final_critic_in)  # [T, E, N]
+            return self._truncated_values(critic_params, traj.final_critic_in, traj.truncated)
         no_reset = jnp.zeros((1,) + traj.value.shape, bool)
         return self.critic.apply(critic_params, traj.critic_hidden, traj.final_critic_in[None], no_reset)[1][0]
+
+    def _truncated_values(self, critic_params, final_in: jax.Array, truncated: jax.Array) -> jax.Array:
+        """float32[T, E, N]: the critic's values of ``final_in`` float32[T, E, N, C] at the steps
+        where ``truncated`` bool[T, E]; elsewhere the value of an arbitrary step (never read).
+
+        An environment is truncated at most once every ``max_steps`` steps, so a rollout has
+        at most ``E * ceil(T / max_steps)`` truncated steps: the critic reads only those
+        (gathered to a fixed number of rows) instead of all ``T * E`` of them.
+        """
+        steps, envs = truncated.shape
+        rows = envs * -(-steps // self.env.max_steps)
+        if rows >= steps * envs:
+            return self.critic.apply(critic_params, final_in)
+        flat_in = final_in.reshape((steps * envs,) + final_in.shape[2:])
+        (where,) = jnp.nonzero(truncated.reshape(-1), size=rows, fill_value=0)
+        values = self.critic.apply(critic_params, flat_in[where])  # [rows, N]
+        out = jnp.zeros((steps * envs,) + values.shape[1:], values.dtype).at[where].set(values)
+        return out.reshape((steps, envs) + values.shape[1:])
 
     def advantages(self, critic_params, traj: Transition, last_value: jax.Array) -> Tuple[jax.Array, jax.Array]:
         """(advantages, targets) float32[T, E, N] with truncation bootstrapped."""
@@ -318,12 +338,12 @@ class PPO:
         """``(logits float32[..., A], values float32[...])`` of a batch of samples (or a
         minibatch) under ``params``; a recurrent batch (``[T, E', N, ...]`` steps) is replayed
         through the GRUs from its ``hidden`` states, zeroed where ``start``."""
+        critic_in = batch["obs"] if self.critic_reads_obs else batch["critic_in"]
         if not self.recurrent:
-            return self.actor.apply(params["actor"], batch["obs"]), self.critic.apply(params["critic"],
-                                                                                      batch["critic_in"])
+            return self.actor.apply(params["actor"], batch["obs"]), self.critic.apply(params["critic"], critic_in)
         hidden = batch["hidden"]
         _, logits = self.actor.apply(params["actor"], hidden["actor"], batch["obs"], batch["start"])
-        _, value = self.critic.apply(params["critic"], hidden["critic"], batch["critic_in"], batch["start"])
+        _, value = self.critic.apply(params["critic"], hidden["critic"], critic_in, batch["start"])
         return logits, value
 
     def _loss(self, params, batch: Dict[str, jax.Array]):
@@ -367,9 +387,9 @@ class PPO:
         each one from the hidden state it started the rollout with."""
         m = self.train_cfg.num_minibatches
         if not self.recurrent:
-            perm = jax.random.permutation(key, self.batch_size)
+            perm = shuffle_indices(key, self.batch_size)
             return jax.tree.map(lambda x: x[perm].reshape((m, self.minibatch_size) + x.shape[1:]), samples)
-        perm = jax.random.permutation(key, self.num_envs)
+        perm = shuffle_indices(key, self.num_envs)
 
         def split(x, env_axis):  # [..., E, ...] -> [m, ..., E / m, ...]
             x = jnp.take(x, perm, axis=env_axis)
@@ -388,10 +408,15 @@ class PPO:
 
         The samples are flat ``[T * E * N, ...]`` agent steps, or (recurrent) time-major
         ``[T, E, N, ...]`` with each step's ``start`` flags and the ``hidden`` states
-        ``[E, N, H]`` the rollout started from.
+        ``[E, N, H]`` the rollout started from. ``critic_in`` is among them only where the
+        critic reads something other than the vector observation (MAPPO, or a grid).
         """
         initial_hidden = runner.hidden if self.recurrent else None
-        runner, traj = jax.lax.scan(self._env_step, runner, None, self.num_steps)
+        # The whole rollout's sampling noise in one draw: on the CPU every draw is a loop of
+        # its own, which cost more than the actor and the critic in each step.
+        key, k_noise = jax.random.split(runner.key)
+        noise = jax.random.gumbel(k_noise, (self.num_steps,) + runner.obs.shape[:2] + (self.env.num_actions,))
+        runner, traj = jax.lax.scan(self._env_step, runner.replace(key=key), noise)
         last_value = self._last_value(runner)
         advantage, target = self.advantages(runner.params["critic"], traj, last_value)
 
@@ -400,13 +425,14 @@ class PPO:
 
         samples = {
             "obs": flat(traj.obs),
-            "critic_in": flat(traj.critic_in),
             "action": flat(traj.action),
             "log_prob": flat(traj.log_prob),
             "value": flat(traj.value),
             "advantage": flat(advantage),
             "target": flat(target),
         }
+        if not self.critic_reads_obs:
+            samples["critic_in"] = flat(traj.critic_in)
         if self.recurrent:
             samples["start"] = jnp.broadcast_to(traj.start[..., None], traj.action.shape)
             samples["hidden"] = initial_hidden

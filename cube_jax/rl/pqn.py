@@ -43,7 +43,7 @@ from cube_jax.rl.gae import bootstrap_values
 from cube_jax.rl.networks import build_q_network
 from cube_jax.rl.policy import ActorPolicy, QPolicyParams, epsilon_greedy
 from cube_jax.rl.shaping import ShapingWrapper
-from cube_jax.rl.trainer import episode_metrics, run_epochs, stagger_start
+from cube_jax.rl.trainer import episode_metrics, run_epochs, shuffle_indices, stagger_start
 from cube_jax.core.wrappers import AutoResetWrapper, LogWrapper
 
 
@@ -240,7 +240,7 @@ class PQN:
 
     def _epoch(self, carry, key, samples, lr):
         m = self.pqn_cfg.num_minibatches
-        perm = jax.random.permutation(key, self.batch_size)
+        perm = shuffle_indices(key, self.batch_size)
         minibatches = jax.tree.map(lambda x: x[perm].reshape((m, self.minibatch_size) + x.shape[1:]), samples)
         return jax.lax.scan(lambda c, b: self._minibatch_step(c, b, lr), carry, minibatches)
 

@@ -67,6 +67,33 @@ def update_chunk(trainer: Trainer, state: Any, active, num_updates, length: int)
 
 
 # --- what the trainers share ---------------------------------------------------------------------
+def shuffle_indices(key: jax.Array, n: int) -> jax.Array:
+    """int32[n]: a random permutation of ``range(n)``, for shuffling a rollout's samples.
+
+    ``jax.random.permutation`` sorts ``(random key, index)`` pairs in rounds; on the CPU a
+    two-operand sort is slow (three of them took about 11 ms for 16384 indices, a sixth of
+    an IPPO update of the default preset). Here each round is a sort of one uint32 word per
+    index, random bits above the index's own ``m = ceil(log2 n)`` bits, which XLA sorts about
+    ten times faster. Indices whose random bits tie in a round keep their order of the round
+    before, so there are as many rounds as it takes to draw at least ``2 m`` random bits per
+    index: a pair of indices keeps its original order only where its bits tie in every
+    round, which happens to fewer than one pair of a permutation on average
+    (``n**2 / 2 * 2**(-2 m) <= 1/2``). Batches of more than 2**21 indices, whose words would
+    hold too few random bits, use ``jax.random.permutation``.
+    """
+    m = max(1, (n - 1).bit_length())
+    free = 32 - m
+    if free < 11:
+        return jax.random.permutation(key, n).astype(jnp.int32)
+    rounds = -(-2 * m // free)
+    low = jnp.uint32((1 << m) - 1)
+    order = jnp.arange(n, dtype=jnp.uint32)
+    for k in jax.random.split(key, rounds):
+        bits = jax.random.bits(k, (n,), jnp.uint32) & ~low
+        order = order[jax.lax.sort(bits | jnp.arange(n, dtype=jnp.uint32)) & low]
+    return order.astype(jnp.int32)
+
+
 def run_epochs(epoch, runner, samples, lr, count: int):
     """``count`` passes of ``epoch(carry, key, samples, lr)`` over one rollout's samples,
     from the runner's ``(params, opt_state)``, each with a key of its own split from

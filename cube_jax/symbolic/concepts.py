@@ -63,6 +63,8 @@ Concept summary (``B`` = number of blocks, ``K`` = grid side, ``N`` = agents):
 """
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 
@@ -282,12 +284,30 @@ def chain_weights(state: State, face) -> jax.Array:
     ``C(j)`` is j plus every alive block reachable through "in front of" in the push
     direction; the step rules move j only with a force of at least this much (when no
     other pushed block joins the composite).
+
+    The reachability is a transitive closure by repeated squaring, written as unrolled
+    folds of elementwise terms (batched integer matrix products, or reductions over the
+    short block axis, have no fast kernel on the CPU, and the closure is computed twice in
+    every step of a shaped training rollout): up to 32 blocks each row is a bit set in one
+    uint32 word, above that a bool[B, B] relation.
     """
     b = state.block_pos.shape[0]
-    reach = block_in_front(state, push_action(face)) | jnp.eye(b, dtype=bool)
-    for _ in range(max(0, b - 2).bit_length()):  # squarings that cover paths of up to B - 1 hops
-        reach = (reach.astype(jnp.int32) @ reach.astype(jnp.int32)) > 0
-    return jnp.where(reach, state.block_weight[None, :], 0).sum(1).astype(jnp.int32)
+    front = block_in_front(state, push_action(face))
+    rounds = max(0, b - 2).bit_length()  # squarings that cover paths of up to B - 1 hops
+    if b > 32:
+        reach = front | jnp.eye(b, dtype=bool)
+        for _ in range(rounds):
+            reach = functools.reduce(jnp.logical_or, [reach[:, j, None] & reach[None, j, :] for j in range(b)], reach)
+        return jnp.where(reach, state.block_weight[None, :], 0).sum(1).astype(jnp.int32)
+    one = jnp.uint32(1)
+    rows = one << jnp.arange(b, dtype=jnp.uint32)  # [B] block j's set holds j ...
+    rows = functools.reduce(jnp.bitwise_or, [jnp.where(front[:, x], one << x, jnp.uint32(0)) for x in range(b)], rows)
+    for _ in range(rounds):  # ... and everything the blocks in its set reach
+        rows = functools.reduce(jnp.bitwise_or, [jnp.where((rows >> x) & one, rows[x], jnp.uint32(0)) for x in range(b)],
+                                rows)
+    zero = jnp.zeros((), state.block_weight.dtype)
+    return functools.reduce(jnp.add, [jnp.where((rows >> x) & one, state.block_weight[x], zero) for x in range(b)]).astype(
+        jnp.int32)
 
 
 def required_force(state: State, block, face) -> jax.Array:
