@@ -209,7 +209,7 @@ def random_layout(seed: int):
     return agents, blocks, alive
 
 
-def state_from_layout(agents, blocks, alive) -> State:
+def state_from_layout(agents, blocks, alive, grid_size: int = K) -> State:
     return State(
         agent_pos=jnp.asarray(agents, jnp.int32),
         block_pos=jnp.asarray([(r, c) for r, c, _ in blocks], jnp.int32),
@@ -217,14 +217,34 @@ def state_from_layout(agents, blocks, alive) -> State:
         block_alive=jnp.asarray(alive, bool),
         t=jnp.int32(0),
         key=jax.random.PRNGKey(0),
-        grid_size=K,
+        grid_size=grid_size,
     )
+
+
+def plain_square(blocks, j: int) -> set:
+    """The cells of block j."""
+    r, c, w = blocks[j]
+    return {(r + i, c + k) for i in range(w) for k in range(w)}
+
+
+def plain_chain(blocks, alive, j: int, face) -> set:
+    """Block j and every alive block reachable from it through "in front of" when pushed into ``face``."""
+    dr, dc = PUSH[face]
+    square = lambda y: plain_square(blocks, y)  # noqa: E731
+    chain, todo = {j}, [j]
+    while todo:
+        ahead = {(cr + dr, cc + dc) for cr, cc in square(todo.pop())}
+        for y in range(len(blocks)):
+            if alive[y] and y not in chain and ahead & square(y):
+                chain.add(y)
+                todo.append(y)
+    return chain
 
 
 def plain_concepts(agents, blocks, alive) -> dict:
     """Every concept recomputed with loops over cells, straight from the definitions."""
     inside = lambda cell: 0 <= cell[0] < K and 0 <= cell[1] < K  # noqa: E731
-    square = lambda j: {(blocks[j][0] + i, blocks[j][1] + k) for i in range(blocks[j][2]) for k in range(blocks[j][2])}  # noqa: E731
+    square = lambda j: plain_square(blocks, j)  # noqa: E731
     block_at = {cell: j for j in range(B) if alive[j] for cell in square(j)}
     agent_at = {cell: i for i, cell in enumerate(agents)}
     out = collections.defaultdict(lambda: np.zeros((4, B), np.int64))
@@ -252,15 +272,7 @@ def plain_concepts(agents, blocks, alive) -> dict:
                 while inside(cell) and cell not in block_at:
                     out["positions"][f, j][cell] = True
                     cell = (cell[0] - dr, cell[1] - dc)
-            chain, todo = {j}, [j]
-            while todo:
-                x = todo.pop()
-                ahead = {(cr + dr, cc + dc) for cr, cc in square(x)}
-                for y in range(B):
-                    if alive[y] and y not in chain and ahead & square(y):
-                        chain.add(y)
-                        todo.append(y)
-            out["required"][f, j] = sum(blocks[y][2] for y in chain)
+            out["required"][f, j] = sum(blocks[y][2] for y in plain_chain(blocks, alive, j, f))
             count = int(out["aligned"][f, j].sum())
             out["count"][f, j] = count
             out["face_count"][f, j] = count
@@ -364,24 +376,6 @@ def test_distance_field_matches_bfs_and_steps_descend(seed):
             assert steps[r, c] == next(a for a, nd in around if nd == d - 1), (r, c)
 
 
-def _plain_chain_weights(blocks, alive, face) -> list:
-    """Summed weight of every block's chain through ``face``, by a search over cells."""
-    dr, dc = PUSH[face]
-    square = lambda j: {(blocks[j][0] + i, blocks[j][1] + k) for i in range(blocks[j][2]) for k in range(blocks[j][2])}  # noqa: E731
-    out = []
-    for j in range(len(blocks)):
-        chain, todo = {j}, [j]
-        while todo:
-            x = todo.pop()
-            ahead = {(cr + dr, cc + dc) for cr, cc in square(x)}
-            for y in range(len(blocks)):
-                if alive[y] and y not in chain and ahead & square(y):
-                    chain.add(y)
-                    todo.append(y)
-        out.append(sum(blocks[y][2] for y in chain))
-    return out
-
-
 @pytest.mark.parametrize("groups", [2, 3])  # 24 blocks (one-word bit sets) and 36 (bool relation)
 def test_chain_weights_of_long_chains(groups):
     # Rows of touching blocks with a heavy block leaning on two of them, and delivered
@@ -391,18 +385,10 @@ def test_chain_weights_of_long_chains(groups):
         r = 1 + 4 * i
         blocks += [(r, 2 + c, 1) for c in range(7)] + [(r + 1, 5 + c, 1) for c in range(4)] + [(r, 9, 2)]
     alive = [j % 13 != 12 for j in range(len(blocks))]
-    state = State(
-        agent_pos=jnp.asarray([(0, 0)], jnp.int32),
-        block_pos=jnp.asarray([(r, c) for r, c, _ in blocks], jnp.int32),
-        block_weight=jnp.asarray([w for _, _, w in blocks], jnp.int32),
-        block_alive=jnp.asarray(alive, bool),
-        t=jnp.int32(0),
-        key=jax.random.PRNGKey(0),
-        grid_size=k,
-    )
+    state = state_from_layout([(0, 0)], blocks, alive, grid_size=k)
     chains = jax.jit(jax.vmap(lambda f: C.chain_weights(state, f)))(jnp.arange(4))
     live = np.asarray(alive)  # (a delivered block's own row is not part of the rules)
     for f in (U, D, L, R):
-        np.testing.assert_array_equal(np.asarray(chains[f])[live], np.asarray(_plain_chain_weights(blocks, alive, f))[live],
-                                      err_msg=C.FACE_NAMES[f])
+        want = [sum(blocks[y][2] for y in plain_chain(blocks, alive, j, f)) for j in range(len(blocks))]
+        np.testing.assert_array_equal(np.asarray(chains[f])[live], np.asarray(want)[live], err_msg=C.FACE_NAMES[f])
     assert np.asarray(chains[L]).max() >= 8  # the chains are long (the heavy block leans on two rows)
