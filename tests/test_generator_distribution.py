@@ -229,3 +229,36 @@ def test_same_key_same_layout_batched_or_not():
         single = one(keys[i])
         np.testing.assert_array_equal(batched[0][i], single[0])
         np.testing.assert_array_equal(batched[1][i], single[1])
+
+
+@pytest.mark.parametrize("n, weights", [(4, (7, 7, 7, 6)), (8, None), (40, None)])
+def test_first_rounds_give_the_full_rule_layout(n, weights):
+    """sample_layout takes a shortcut (agents' rows from the first words, every block from its
+    first round of candidates) and runs the full rule only where the shortcut fails; both
+    must give the same layout for every key. (7, 7, 7, 6) on a 20 x 20 grid makes the
+    shortcut fail often, so a batch mixes both ways; n = 40 takes its rows from a permutation."""
+    weights = tuple(generator.block_weights(n)) if weights is None else weights
+    k = generator.grid_size_for(n)
+    keys = jax.random.split(jax.random.PRNGKey(11), 512)
+    agents, blocks, ok = jax.jit(jax.vmap(lambda key: generator.sample_layout(key, n, weights)))(keys)
+
+    def full(key):
+        agent_words, block_words = generator._words_per_layout(n, weights)
+        words = jax.random.bits(key, (agent_words + block_words,), jax.numpy.uint32)
+        rows, cells, placed = generator.general_layout(
+            jax.random.fold_in(key, 1), jax.random.fold_in(key, 2), words, n, weights
+        )
+        if agent_words:
+            _, rows_ok = generator._rows_from_words(words[:agent_words], n, k)
+        else:
+            rows_ok = True
+        _, cells_ok = generator._first_rounds(words[agent_words:].reshape(len(weights), -1), weights, k)
+        return rows, cells, placed, rows_ok & cells_ok
+
+    rows, cells, placed, shortcut = jax.jit(jax.vmap(full))(keys)
+    np.testing.assert_array_equal(agents[:, :, 0], rows)
+    np.testing.assert_array_equal(agents[:, :, 1], 0)
+    np.testing.assert_array_equal(blocks, cells)
+    np.testing.assert_array_equal(ok, placed)
+    if n == 4:
+        assert 0 < int(shortcut.sum()) < len(keys), "the batch must mix both ways"

@@ -167,6 +167,64 @@ def _place_exact(key: jax.Array, pos: jax.Array, weights: jax.Array, placed: jax
     return jnp.stack([flat // k, flat % k]).astype(jnp.int32), valid.any()
 
 
+def _block_table(words: jax.Array, weights: Tuple[int, ...], k: int) -> dict:
+    """Per-block constants of the placement (one row per block, heaviest first)."""
+    b = len(weights)
+    spans = [k - 1 - w for w in weights]  # top-left rows (and columns) 1 .. k-1-w: off the border
+    if min(spans) < 1:
+        raise ValueError(f"a block of weight {max(weights)} does not fit off the border of a {k}x{k} grid")
+    return {
+        "i": jnp.arange(b, dtype=jnp.int32),
+        "w": jnp.asarray(weights, jnp.int32),
+        "span": jnp.asarray(spans, jnp.int32),
+        "count": jnp.asarray(candidates_per_round(weights, k), jnp.int32),
+        "threshold": jnp.asarray([2**16 % s for s in spans], jnp.uint32),
+        "words": words,
+    }
+
+
+def _try_round(x: dict, all_weights: jax.Array, pos: jax.Array, round_words: jax.Array, found, cell):
+    """One round of candidates for block ``x["i"]``: (found, cell), the first clear candidate
+    unless ``found`` already."""
+    t = round_words.shape[0]
+    placed = jnp.arange(pos.shape[0]) < x["i"]
+    # one word per candidate: row from its high half, column from its low half
+    high, low = _halves(round_words)
+    size = x["span"].astype(jnp.uint32)
+    row, row_ok = _uniform_below(high, size, x["threshold"])
+    col, col_ok = _uniform_below(low, size, x["threshold"])
+    cand = 1 + jnp.stack([row, col], axis=1)
+    usable = row_ok & col_ok & (jnp.arange(t) < x["count"])
+    clear = usable & _clear_of(cand, x["w"], pos, all_weights, placed)
+    cell = jnp.where(found, cell, cand[jnp.argmax(clear)])
+    return found | clear.any(), cell
+
+
+# Blocks placed by a Python loop (no loop in the program) up to this many; a scan above.
+UNROLLED_BLOCKS = 12
+
+
+def _first_rounds(words: jax.Array, weights: Tuple[int, ...], k: int) -> Tuple[jax.Array, jax.Array]:
+    """Every block from its first round only: (int32[B, 2] cells, bool[] every first round
+    found one). Where it returns True the cells are exactly those of :func:`_place_blocks`
+    (whose later rounds and grid tests then do not run)."""
+    xs = _block_table(words, weights, k)
+    b = len(weights)
+    start = (jnp.zeros((b, 2), jnp.int32), jnp.array(True))
+
+    def place(carry, x):
+        pos, ok = carry
+        found, cell = _try_round(x, xs["w"], pos, x["words"], jnp.array(False), jnp.zeros((2,), jnp.int32))
+        return (pos.at[x["i"]].set(cell), ok & found), None
+
+    if b > UNROLLED_BLOCKS:
+        return lax.scan(place, start, xs)[0]
+    carry = start
+    for i in range(b):
+        carry, _ = place(carry, jax.tree.map(lambda v: v[i], xs))
+    return carry
+
+
 def _place_blocks(key: jax.Array, words: jax.Array, weights: Tuple[int, ...], k: int) -> Tuple[jax.Array, jax.Array]:
     """Sequential placement, heaviest first, one ``lax.scan`` step per block.
 
@@ -175,42 +233,20 @@ def _place_blocks(key: jax.Array, words: jax.Array, weights: Tuple[int, ...], k:
     tests. Returns (int32[B, 2] top-left cells, bool[] every block placed).
     """
     b, t = words.shape
-    spans = [k - 1 - w for w in weights]  # top-left rows (and columns) 1 .. k-1-w: off the border
-    if min(spans) < 1:
-        raise ValueError(f"a block of weight {max(weights)} does not fit off the border of a {k}x{k} grid")
-    xs = {
-        "i": jnp.arange(b, dtype=jnp.int32),
-        "w": jnp.asarray(weights, jnp.int32),
-        "span": jnp.asarray(spans, jnp.int32),
-        "count": jnp.asarray(candidates_per_round(weights, k), jnp.int32),
-        "threshold": jnp.asarray([2**16 % s for s in spans], jnp.uint32),
-        "words": words,
-    }
+    xs = _block_table(words, weights, k)
     all_weights = xs["w"]
 
     def place(carry, x):
         pos, ok = carry
         placed = jnp.arange(b) < x["i"]
-        span = x["span"]
-
-        def try_round(round_words, found, cell):
-            # one word per candidate: row from its high half, column from its low half
-            high, low = _halves(round_words)
-            size = span.astype(jnp.uint32)
-            row, row_ok = _uniform_below(high, size, x["threshold"])
-            col, col_ok = _uniform_below(low, size, x["threshold"])
-            cand = 1 + jnp.stack([row, col], axis=1)
-            usable = row_ok & col_ok & (jnp.arange(t) < x["count"])
-            clear = usable & _clear_of(cand, x["w"], pos, all_weights, placed)
-            cell = jnp.where(found, cell, cand[jnp.argmax(clear)])
-            return found | clear.any(), cell
 
         def next_round(carry):
             rounds, found, cell = carry
             round_key = jax.random.fold_in(key, x["i"] * REJECTION_ROUNDS + rounds)
-            return (rounds + 1,) + try_round(jax.random.bits(round_key, (t,), jnp.uint32), found, cell)
+            round_words = jax.random.bits(round_key, (t,), jnp.uint32)
+            return (rounds + 1,) + _try_round(x, all_weights, pos, round_words, found, cell)
 
-        found, cell = try_round(x["words"], jnp.array(False), jnp.zeros((2,), jnp.int32))
+        found, cell = _try_round(x, all_weights, pos, x["words"], jnp.array(False), jnp.zeros((2,), jnp.int32))
         _, found, cell = lax.while_loop(
             lambda c: (~c[1]) & (c[0] < REJECTION_ROUNDS), next_round, (jnp.int32(1), found, cell)
         )
@@ -235,6 +271,21 @@ def _agent_draws(n: int, k: int) -> int:
     return 0 if 2 * n > k else 2 * n + 8
 
 
+def _rows_from_words(words: jax.Array, n: int, k: int) -> Tuple[jax.Array, jax.Array]:
+    """(int32[n] the first n distinct usable row values of ``words``, bool[] the words held n)."""
+    v, usable = _uniform_below(_halves(words)[0], jnp.uint32(k), jnp.uint32(2**16 % k))
+    m = v.shape[0]
+    earlier = jnp.tril(jnp.ones((m, m), bool), -1)
+    new = usable & ~jnp.any((v[:, None] == v[None, :]) & earlier & usable[None, :], axis=1)
+    rank = jnp.cumsum(new) - 1  # position among the distinct values
+    slot = new[:, None] & (rank[:, None] == jnp.arange(n)[None, :])  # [m, n]
+    return jnp.sum(jnp.where(slot, v[:, None], 0), axis=0), rank[-1] >= n - 1
+
+
+def _permuted_rows(key: jax.Array, n: int, k: int) -> jax.Array:
+    return jax.random.permutation(key, k)[:n].astype(jnp.int32)
+
+
 def _agent_rows(key: jax.Array, words: jax.Array, n: int, k: int) -> jax.Array:
     """int32[n]: n distinct rows of 0..k-1, a uniformly random ordered choice.
 
@@ -243,45 +294,22 @@ def _agent_rows(key: jax.Array, words: jax.Array, n: int, k: int) -> jax.Array:
     replacement); if the words hold fewer, or for larger teams, a permutation from ``key``.
     """
     if not _agent_draws(n, k):
-        return jax.random.permutation(key, k)[:n].astype(jnp.int32)
-    v, usable = _uniform_below(_halves(words)[0], jnp.uint32(k), jnp.uint32(2**16 % k))
-    m = v.shape[0]
-    earlier = jnp.tril(jnp.ones((m, m), bool), -1)
-    new = usable & ~jnp.any((v[:, None] == v[None, :]) & earlier & usable[None, :], axis=1)
-    rank = jnp.cumsum(new) - 1  # position among the distinct values
-    slot = new[:, None] & (rank[:, None] == jnp.arange(n)[None, :])  # [m, n]
-    rows = jnp.sum(jnp.where(slot, v[:, None], 0), axis=0)
-
-    def permute(carry):
-        done, rows = carry
-        perm = jax.random.permutation(jax.random.fold_in(key, done.astype(jnp.uint32)), k)[:n]
-        return jnp.array(True), jnp.where(done, rows, perm.astype(jnp.int32))
-
-    _, rows = lax.while_loop(lambda c: ~c[0], permute, (rank[-1] >= n - 1, rows))
-    return rows
+        return _permuted_rows(key, n, k)
+    rows, enough = _rows_from_words(words, n, k)
+    return jnp.where(enough, rows, _permuted_rows(key, n, k))
 
 
-def sample_layout(key: jax.Array, n: int, weights: Tuple[int, ...]):
-    """Jittable curriculum layout: (agent_pos int32[n, 2], block_pos int32[B, 2], ok bool[]).
-
-    Retries placement with fresh keys until it succeeds (at most PLACEMENT_ATTEMPTS).
-    The same key always gives the same layout, batched or not.
-    """
-    k = grid_size_for(n)
-    weights = tuple(int(w) for w in weights)
-    agent_words = _agent_draws(n, k)
-    block_words = len(weights) * max(candidates_per_round(weights, k))
-    words = jax.random.bits(key, (agent_words + block_words,), jnp.uint32)
-    agent_key, block_key = jax.random.fold_in(key, 1), jax.random.fold_in(key, 2)
-    rows = _agent_rows(agent_key, words[:agent_words], n, k)
-    agent_pos = jnp.stack([rows, jnp.zeros_like(rows)], axis=1).astype(jnp.int32)
+def _block_cells(block_key: jax.Array, first_words: jax.Array, weights: Tuple[int, ...], k: int):
+    """Every block placed, retrying the layout with fresh keys while one finds no cell:
+    (int32[B, 2] cells, bool[] placed within PLACEMENT_ATTEMPTS)."""
+    block_words = first_words.shape[0]
 
     def retry(carry):
         attempt, _, _ = carry
-        # attempt 0 uses the words drawn above; a retried layout draws its own
+        # attempt 0 uses the first words; a retried layout draws its own
         attempt_key = jax.random.fold_in(block_key, attempt)
         fresh = jax.random.bits(jax.random.fold_in(attempt_key, 0), (block_words,), jnp.uint32)
-        attempt_words = jnp.where(attempt == 0, words[agent_words:], fresh)
+        attempt_words = jnp.where(attempt == 0, first_words, fresh)
         pos, ok = _place_blocks(
             jax.random.fold_in(attempt_key, 1), attempt_words.reshape(len(weights), -1), weights, k
         )
@@ -292,5 +320,61 @@ def sample_layout(key: jax.Array, n: int, weights: Tuple[int, ...]):
         return (~ok) & (attempt < PLACEMENT_ATTEMPTS)
 
     init = (jnp.int32(0), jnp.zeros((len(weights), 2), jnp.int32), jnp.array(False))
-    _, block_pos, ok = lax.while_loop(again, retry, init)
-    return agent_pos, block_pos, ok
+    _, pos, ok = lax.while_loop(again, retry, init)
+    return pos, ok
+
+
+def _words_per_layout(n: int, weights: Tuple[int, ...]) -> Tuple[int, int]:
+    """(agent words, block words) drawn for one layout's first attempt."""
+    k = grid_size_for(n)
+    return _agent_draws(n, k), len(weights) * max(candidates_per_round(weights, k))
+
+
+def general_layout(agent_key: jax.Array, block_key: jax.Array, words: jax.Array, n: int, weights: Tuple[int, ...]):
+    """The placement rule run in full, without the first-round shortcut of :func:`sample_layout`:
+    (int32[n] agent rows, int32[B, 2] block cells, bool[] placed). ``words`` are the layout's
+    first words (agents' rows, then every block's first round)."""
+    k = grid_size_for(n)
+    agent_words, _ = _words_per_layout(n, weights)
+    rows = _agent_rows(agent_key, words[:agent_words], n, k)
+    cells, ok = _block_cells(block_key, words[agent_words:], weights, k)
+    return rows, cells, ok
+
+
+def sample_layout(key: jax.Array, n: int, weights: Tuple[int, ...]):
+    """Jittable curriculum layout: (agent_pos int32[n, 2], block_pos int32[B, 2], ok bool[]).
+
+    Retries placement with fresh keys until it succeeds (at most PLACEMENT_ATTEMPTS).
+    The same key always gives the same layout, batched or not.
+
+    Almost every layout takes its agents' rows from its first words and every block from
+    its first round of candidates, which needs no loop. The full rule
+    (:func:`general_layout`: later rounds, grid tests, retried layouts, a permutation for
+    the rows) gives the same layout in that case, and runs, inside one ``while_loop``, only
+    for a layout that needs it: under ``vmap`` a batch pays for it only when one of its
+    layouts does.
+    """
+    k = grid_size_for(n)
+    weights = tuple(int(w) for w in weights)
+    agent_words, block_words = _words_per_layout(n, weights)
+    words = jax.random.bits(key, (agent_words + block_words,), jnp.uint32)
+    if agent_words:
+        rows, rows_ok = _rows_from_words(words[:agent_words], n, k)
+    else:
+        rows, rows_ok = _permuted_rows(jax.random.fold_in(key, 1), n, k), jnp.array(True)
+    cells, cells_ok = _first_rounds(words[agent_words:].reshape(len(weights), -1), weights, k)
+
+    def general(carry):
+        done, _, _, _ = carry
+        # The keys read the loop-carried flag (False whenever the body runs for this
+        # layout), so that XLA cannot hoist the full rule out of the loop.
+        flag = done.astype(jnp.uint32)
+        return (jnp.array(True),) + general_layout(
+            jax.random.fold_in(key, 1 + flag), jax.random.fold_in(key, 2 + flag), words, n, weights
+        )
+
+    _, rows, cells, ok = lax.while_loop(
+        lambda c: ~c[0], general, (rows_ok & cells_ok, rows, cells, jnp.array(True))
+    )
+    agent_pos = jnp.stack([rows, jnp.zeros_like(rows)], axis=1).astype(jnp.int32)
+    return agent_pos, cells, ok
