@@ -421,6 +421,95 @@ def bench_targets(pairs: int, steps: int) -> list:
     return rows
 
 
+# --- one core against two ------------------------------------------------------------------
+#
+# The same jitted programs timed in two fresh processes: one restricted to a single core before
+# JAX starts (as `taskset -c 0` does), one with every core. XLA's CPU compiler counts the
+# schedulable cores when it compiles and splits large elementwise fusions into that many
+# parallel tasks ("outer_dimension_partitions" in the compiled HLO); the count is reported
+# beside the rates.
+THREAD_ENVS = (64, 256, 1024)  # Jumanji's LBF loop of the targets joins when jumanji is installed
+
+
+def _partitioned_fusions(fn, *args) -> int:
+    text = fn.lower(*args).compile().as_text()
+    return text.count('"outer_dimension_partitions":["')
+
+
+def threads_child(steps: int, rounds: int) -> dict:
+    """Rates of the step rules (n = 4) at THREAD_ENVS and of the fresh-layout auto-reset loop
+    (n = 4, 1024 envs), in this process as it is."""
+    cases = []
+    for e in THREAD_ENVS:
+        case = dynamics_case(4, e, max(steps, 65536 // e))
+        case.row = {"case": f"step rules, n = 4, {e} envs", "partitioned_fusions": _partitioned_fusions(case.fn, *case.args)}
+        cases.append(case)
+    reset = training_case(4, 1024, steps, "vector", 0)
+    reset.row = {"case": "fresh-layout AutoResetWrapper(make(n=4)), 1024 envs",
+                 "partitioned_fusions": _partitioned_fusions(reset.fn, *reset.args)}
+    cases.append(reset)
+    lbf = lbf_case(1024, steps)
+    if lbf is not None:
+        lbf.row = {"case": "Jumanji LBF (auto-reset), 1024 envs", "partitioned_fusions": _partitioned_fusions(lbf.fn, *lbf.args)}
+        cases.append(lbf)
+    rows = measure(cases, rounds)
+    return {"cores": len(os.sched_getaffinity(0)), "rows": rows}
+
+
+def _run_threads_child(pinned: bool, steps: int, rounds: int) -> dict:
+    import subprocess
+
+    code = (
+        "import json, os, sys\n"
+        + ("os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})\n" if pinned else "")
+        + f"sys.path.insert(0, {str(Path(__file__).resolve().parent)!r})\n"
+        + "import throughput\n"
+        + f"print('THREADS ' + json.dumps(throughput.threads_child({steps}, {rounds})))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    return json.loads(next(line for line in out.splitlines() if line.startswith("THREADS "))[len("THREADS "):])
+
+
+def bench_threads(pairs: int, steps: int, rounds: int = 5) -> dict:
+    """Pairs of processes, one pinned to a single core and one on every core, run back to back
+    (alternating which goes first); per case the median of the pairs' ratios."""
+    if len(os.sched_getaffinity(0)) < 2:
+        return {"skipped": "one usable core"}
+    runs = {True: [], False: []}
+    for i in range(pairs):
+        for pinned in ((True, False) if i % 2 == 0 else (False, True)):
+            runs[pinned].append(_run_threads_child(pinned, steps, rounds))
+            print(f"  threads pair {i + 1}/{pairs}: {'one core' if pinned else 'all cores'} done", flush=True)
+    rows = []
+    for j, row in enumerate(runs[True][0]["rows"]):
+        one = [r["rows"][j]["env_steps_per_s"] for r in runs[True]]
+        every = [r["rows"][j]["env_steps_per_s"] for r in runs[False]]
+        rows.append({
+            "case": row["case"],
+            "one_core": _median(one),
+            "all_cores": _median(every),
+            "x_pairs": [a / b for a, b in zip(every, one)],
+            "x": _median([a / b for a, b in zip(every, one)]),
+            "partitioned_one_core": row["partitioned_fusions"],
+            "partitioned_all_cores": runs[False][0]["rows"][j]["partitioned_fusions"],
+        })
+    return {"cores": runs[False][0]["cores"], "pairs": pairs, "rows": rows}
+
+
+def render_threads(threads: dict) -> str:
+    if "skipped" in threads:
+        return f"skipped: {threads['skipped']}"
+    lines = [f"| program | one core, env-steps/s | {threads['cores']} cores, env-steps/s | {threads['cores']} cores / "
+             f"one core (median of {threads['pairs']} pairs) | fusions split into tasks, one core / "
+             f"{threads['cores']} cores |",
+             "| --- | --- | --- | --- | --- |"]
+    for r in threads["rows"]:
+        lines.append(f"| {r['case']} | {_fmt(r['one_core'])} | {_fmt(r['all_cores'])} | **{r['x']:.2f}x** "
+                     f"({min(r['x_pairs']):.2f}-{max(r['x_pairs']):.2f}) | {r['partitioned_one_core']} / "
+                     f"{r['partitioned_all_cores']} |")
+    return "\n".join(lines)
+
+
 # --- output --------------------------------------------------------------------------------
 
 
@@ -479,6 +568,8 @@ def render(data: dict) -> str:
         s = data["sweep"]
         parts += ["", f"#### Agent-steps/s against n = 4 at the same batch size (median of {s['rounds']} pairs)", "",
                   render_sweep(s)]
+    if "threads" in data:
+        parts += ["", "#### One core against all cores (separate processes)", "", render_threads(data["threads"])]
     if "before" in data:
         parts += ["", "#### Before and after", "", render_before_after(data["before"], data)]
     return "\n".join(parts) + "\n"
@@ -554,7 +645,7 @@ def _plot_heatmap(sweep: dict, path: Path) -> None:
     plt.close(fig)
 
 
-SECTIONS = ("sweep", "targets", "training", "latency")
+SECTIONS = ("sweep", "targets", "training", "latency", "threads")
 DOC = ROOT / "docs" / "performance.md"
 SCRIPT = "benchmarks/throughput.py"
 
@@ -621,6 +712,10 @@ def main(argv=None) -> int:
                              ["env", "envs", "obs_per_agent", "env_steps_per_s", "episodes_ended_per_1k_steps"]))
         results["reset"] = bench_reset(4, 1024, repeats)
         print(markdown_table("reset alone, n=4", results["reset"], ["n", "reset", "envs", "resets_per_s"]))
+
+    if "threads" in sections:
+        results["threads"] = bench_threads(repeats if not quick else 1, steps)
+        print(render_threads(results["threads"]))
 
     results["machine"]["load_average_at_end"] = os.getloadavg()
     if args.before:
