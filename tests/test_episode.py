@@ -28,6 +28,7 @@ from cube_jax.agents import (
 )
 from cube_jax.evaluation import Episode, Limits, read_trace, run_episodes
 from cube_jax.symbolic import parse_plan
+from tests import interrupts
 from tests.trace_helpers import of, play
 
 STAY, UP, DOWN, LEFT, RIGHT = range(5)
@@ -351,7 +352,7 @@ def test_ctrl_c_still_ends_the_trace(tmp_path):
     path = tmp_path / "stopped.jsonl"
     root = str(Path(__file__).resolve().parents[1])
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([root] + [p for p in [os.environ.get("PYTHONPATH")] if p]))
-    process = subprocess.Popen([sys.executable, "-c", CTRL_C_SCRIPT, str(path)], stdout=subprocess.PIPE,
+    process = interrupts.start([sys.executable, "-c", CTRL_C_SCRIPT, str(path)], stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True, env=env)
     assert process.stdout.readline().strip() == "waiting"  # the episode is two steps in, awaiting a decision
     process.send_signal(signal.SIGINT)

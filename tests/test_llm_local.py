@@ -27,6 +27,7 @@ import pytest
 from cube_jax.evaluation import validate_trace
 from cube_jax.llm import local
 from cube_jax.llm.local import LocalModelError, LocalServer
+from tests import interrupts
 
 PIP_TIMEOUT_S = 600
 
@@ -121,18 +122,22 @@ def test_the_server_starts_answers_health_and_stops(local_model):
 def test_ctrl_c_stops_the_command_and_its_server(local_model, tmp_path):
     command = [sys.executable, "-m", "cube_jax.cli", "llm", "--scenario", "easy", "--model", "local", "--episodes",
                "1", "--out", str(tmp_path / "run"), "--no-timelines", "--no-progress"]
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    process = interrupts.start(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 240
     servers = []
-    while time.monotonic() < deadline and not servers:
-        servers = server_processes(process.pid)
-        time.sleep(0.2)
-    assert servers, "the local model server never started"
-    trace = tmp_path / "run" / "episode-000000.jsonl"
-    while time.monotonic() < deadline and not trace.exists():
-        time.sleep(0.2)
-    process.send_signal(signal.SIGINT)
-    process.wait(120)
+    try:
+        while time.monotonic() < deadline and not servers:
+            servers = server_processes(process.pid)
+            time.sleep(0.2)
+        assert servers, "the local model server never started"
+        trace = tmp_path / "run" / "episode-000000.jsonl"
+        while time.monotonic() < deadline and not trace.exists():
+            time.sleep(0.2)
+        process.send_signal(signal.SIGINT)
+        process.wait(120)
+    finally:
+        if process.poll() is None:
+            interrupts.stop_tree(process, servers)
     assert not any(alive(pid) for pid in servers)
     lines = trace.read_text().splitlines()
     assert json.loads(lines[-1])["reason"].startswith("interrupted")  # the trace still ends with its reason

@@ -25,6 +25,7 @@ from cube_jax.llm import ModelClient
 from cube_jax.llm.agent import LLMAgent
 from cube_jax.runtime import Episode, make_topology
 from cube_jax.symbolic import parse_plan
+from tests import interrupts
 from tests.fake_openai import FakeOpenAI, closed_port_url
 from tests.sound_model import responder
 from tests.trace_helpers import of, per_agent, play
@@ -295,7 +296,7 @@ run_episode(env, [LLMAgent(Hanging()), LLMAgent(Hanging())], seed=0, trace=sys.a
 def test_ctrl_c_keeps_the_record_of_every_call_made(tmp_path):
     path = tmp_path / "stopped.jsonl"
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT)] + [p for p in [os.environ.get("PYTHONPATH")] if p]))
-    process = subprocess.Popen([sys.executable, "-c", CTRL_C_SCRIPT, str(path)], stdout=subprocess.PIPE,
+    process = interrupts.start([sys.executable, "-c", CTRL_C_SCRIPT, str(path)], stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True, env=env)
     assert process.stdout.readline().strip() == "calling"
     assert process.stdout.readline().strip() == "calling"
