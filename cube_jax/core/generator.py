@@ -201,7 +201,7 @@ def _try_round(x: dict, all_weights: jax.Array, pos: jax.Array, round_words: jax
 
 
 # Blocks placed by a Python loop (no loop in the program) up to this many; a scan above.
-UNROLLED_BLOCKS = 12
+UNROLLED_BLOCKS = 6
 
 
 def _first_rounds(words: jax.Array, weights: Tuple[int, ...], k: int) -> Tuple[jax.Array, jax.Array]:
