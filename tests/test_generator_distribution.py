@@ -243,8 +243,7 @@ def test_first_rounds_give_the_full_rule_layout(n, weights):
     agents, blocks, ok = jax.jit(jax.vmap(lambda key: generator.sample_layout(key, n, weights)))(keys)
 
     def full(key):
-        agent_words, block_words = generator._words_per_layout(n, weights)
-        words = jax.random.bits(key, (agent_words + block_words,), jax.numpy.uint32)
+        words, agent_words = generator._layout_words(key, n, weights)
         rows, cells, placed = generator.general_layout(
             jax.random.fold_in(key, 1), jax.random.fold_in(key, 2), words, n, weights
         )

@@ -330,6 +330,12 @@ def _words_per_layout(n: int, weights: Tuple[int, ...]) -> Tuple[int, int]:
     return _agent_draws(n, k), len(weights) * max(candidates_per_round(weights, k))
 
 
+def _layout_words(key: jax.Array, n: int, weights: Tuple[int, ...]) -> Tuple[jax.Array, int]:
+    """(uint32 words of the layout's first attempt, how many of them are the agents')."""
+    agent_words, block_words = _words_per_layout(n, weights)
+    return jax.random.bits(key, (agent_words + block_words,), jnp.uint32), agent_words
+
+
 def general_layout(agent_key: jax.Array, block_key: jax.Array, words: jax.Array, n: int, weights: Tuple[int, ...]):
     """The placement rule run in full, without the first-round shortcut of :func:`sample_layout`:
     (int32[n] agent rows, int32[B, 2] block cells, bool[] placed). ``words`` are the layout's
@@ -356,8 +362,7 @@ def sample_layout(key: jax.Array, n: int, weights: Tuple[int, ...]):
     """
     k = grid_size_for(n)
     weights = tuple(int(w) for w in weights)
-    agent_words, block_words = _words_per_layout(n, weights)
-    words = jax.random.bits(key, (agent_words + block_words,), jnp.uint32)
+    words, agent_words = _layout_words(key, n, weights)
     if agent_words:
         rows, rows_ok = _rows_from_words(words[:agent_words], n, k)
     else:
