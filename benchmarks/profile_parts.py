@@ -12,8 +12,9 @@ whatever cores the process may use (pin it for figures that compare: ``taskset -
   n-curriculum at n = 4 with one seed: the rollout (``PPO.collect``: num_steps steps of
   num_envs environments, actor, critic, sampling, the wrapped environment step and the
   shaping), the whole update (the rollout, GAE and update_epochs passes over shuffled
-  minibatches), and two parts of the rollout for a batch of 4096 states: the preset's
-  shaping potential and the environment step.
+  minibatches), one epoch's shuffle and split into minibatches, one minibatch step (the
+  loss's gradient and the Adam step), and two parts of the rollout for a batch of 4096
+  states: the preset's shaping potential and the environment step.
 
     taskset -c 0 env XLA_FLAGS=--xla_cpu_multi_thread_eigen=false python benchmarks/profile_parts.py \\
         --before benchmarks/results/profile_parts_before.json --doc
@@ -105,8 +106,14 @@ def profile_update(rounds: int) -> tuple:
     states, _ = jax.vmap(env.reset)(jax.random.split(jax.random.PRNGKey(1), 4096))
     stay = jnp.zeros((4096, 4), jnp.int32)
     label = f"IPPO update, n = 4, {t.num_envs} envs x {t.num_steps} steps, one seed"
+    _, _, samples = jax.jit(ppo.collect)(runner)
+    minibatches = jax.jit(ppo.minibatches)(jax.random.PRNGKey(2), samples)
+    first = jax.tree.map(lambda x: x[0], minibatches)
     pieces = [
         ("rollout (collect)", jax.jit(ppo.collect), (runner,)),
+        ("shuffle and split into minibatches (one epoch)", jax.jit(ppo.minibatches), (jax.random.PRNGKey(2), samples)),
+        ("one minibatch step (gradient and Adam)", jax.jit(lambda c, b: ppo._minibatch_step(c, b, t.lr)),
+         ((runner.params, runner.opt_state), first)),
         ("whole update", jax.jit(ppo.update), (runner,)),
         ("shaping potential, 4096 states", jax.jit(jax.vmap(shaped.potential)), (states,)),
         ("environment step, 4096 states", jax.jit(jax.vmap(env.step)), (states, stay)),

@@ -41,10 +41,10 @@ def batched_rollout(env, states, actions):
     return [np.asarray(x) for x in run(states, actions)]
 
 
-@pytest.mark.parametrize("resets_per_step", [1, 2, None])
-def test_batched_auto_reset_equals_each_env_alone(fresh_env, start, resets_per_step):
+@pytest.mark.parametrize("resets_per_step, patch_observations", [(1, False), (2, False), (None, False), (2, True)])
+def test_batched_auto_reset_equals_each_env_alone(fresh_env, start, resets_per_step, patch_observations):
     states, _, actions = start
-    env = AutoResetWrapper(fresh_env, resets_per_step=resets_per_step)
+    env = AutoResetWrapper(fresh_env, resets_per_step=resets_per_step, patch_observations=patch_observations)
     batched = batched_rollout(env, states, actions)
     one_step = jax.jit(env.step)
     finished_together = batched[5].sum(1)
@@ -105,3 +105,9 @@ def test_nested_vmap_matches_the_flat_batch(fresh_env, start):
 def test_resets_per_step_is_checked(fresh_env, bad):
     with pytest.raises(ValueError, match="resets_per_step must be an integer >= 1"):
         AutoResetWrapper(fresh_env, resets_per_step=bad)
+
+
+@pytest.mark.parametrize("bad", [0, 1, None, "yes"])
+def test_patch_observations_is_checked(fresh_env, bad):
+    with pytest.raises(ValueError, match="patch_observations must be True or False"):
+        AutoResetWrapper(fresh_env, patch_observations=bad)

@@ -55,16 +55,25 @@ class AutoResetWrapper(Wrapper):
     Under ``vmap`` the observation returned is ``env.observe`` of the state after the
     resets, so a wrapper placed under this one that changes observations must change
     ``observe`` alike. ``extras["final_observation"]`` is the step's own observation; when
-    it is used, the batch computes observations twice.
+    it is used, the batch computes observations twice. With ``patch_observations`` the
+    observation returned is instead the step's own with the fresh episodes' first
+    observations written over their rows: observations are computed once when the step's
+    own are used anyway (``final_observation``, or a wrapper under this one that reads
+    them, as the trainers' bootstrap of truncated steps does), but a loop that never reads
+    them pays for the writes (about a fifth of a vector-observation loop at n = 4,
+    docs/performance.md). The result is the same either way.
     """
 
-    def __init__(self, env, resets_per_step: Optional[int] = None):
+    def __init__(self, env, resets_per_step: Optional[int] = None, patch_observations: bool = False):
         super().__init__(env)
         if resets_per_step is not None and (
             not isinstance(resets_per_step, int) or isinstance(resets_per_step, bool) or resets_per_step < 1
         ):
             raise ValueError(f"AutoResetWrapper: resets_per_step must be an integer >= 1, got {resets_per_step!r}")
+        if not isinstance(patch_observations, bool):
+            raise ValueError(f"AutoResetWrapper: patch_observations must be True or False, got {patch_observations!r}")
         self.resets_per_step = resets_per_step
+        self.patch_observations = patch_observations
         self._auto_step = custom_vmap(self._step_one)
         self._auto_step.def_vmap(self._step_batch)
 
@@ -99,35 +108,41 @@ class AutoResetWrapper(Wrapper):
         r = min(axis_size, self.resets_per_step or max(4, axis_size // 64))
 
         def reset_rows(start, state):
-            """The fresh start states of the finished environments ranked start .. start+R-1
-            (index E pads a round with fewer, and is dropped when written)."""
+            """The fresh start states of the finished environments ranked start .. start+R-1,
+            with their observations (index E pads a round with fewer, and is dropped when
+            written)."""
             chosen = done & (rank >= start) & (rank < start + r)
             idx = jnp.nonzero(chosen, size=r, fill_value=axis_size)[0]
-            fresh_state, _ = jax.vmap(self._env.reset)(state.key[jnp.minimum(idx, axis_size - 1)])
-            return idx, fresh_state
+            fresh_state, fresh_ts = jax.vmap(self._env.reset)(state.key[jnp.minimum(idx, axis_size - 1)])
+            return idx, (fresh_state, fresh_ts.observation if self.patch_observations else None)
 
-        def write(rows, state):
-            idx, fresh_state = rows
-            return jax.tree.map(lambda old, new: old.at[idx].set(new, mode="drop"), state, fresh_state)
+        def write(rows, carry):
+            idx, fresh = rows
+            return jax.tree.map(lambda old, new: old.at[idx].set(new, mode="drop"), carry, fresh)
 
         # First round: R resets inside a cond that returns only those R rows, written outside
         # it, so that a step where nothing finished costs (almost) nothing.
         no_rows = jax.tree.map(jnp.zeros_like, jax.eval_shape(lambda s: reset_rows(jnp.int32(0), s), state))
         no_rows = (jnp.full((r,), axis_size, jnp.int32), no_rows[1])
-        state = write(lax.cond(finished > 0, lambda s: reset_rows(jnp.int32(0), s), lambda s: no_rows, state), state)
+        # With patch_observations the fresh rows' first observations are written over the
+        # step's own (see the class doc); otherwise they are not carried at all.
+        carry = (state, ts.observation if self.patch_observations else None)
+        carry = write(lax.cond(finished > 0, lambda s: reset_rows(jnp.int32(0), s), lambda s: no_rows, state), carry)
 
         # More than R finished (all at once, e.g. at the first truncation of a run): further
         # rounds, in a loop that does not run otherwise.
-        state = lax.while_loop(
-            lambda carry: carry[0] < finished,
-            lambda carry: (carry[0] + r, write(reset_rows(carry[0], carry[1]), carry[1])),
-            (jnp.int32(r), state),
+        carry = lax.while_loop(
+            lambda c: c[0] < finished,
+            lambda c: (c[0] + r, write(reset_rows(c[0], c[1][0]), c[1])),
+            (jnp.int32(r), carry),
         )[1]
-        # The next observation is that of the state after the resets. Patching the fresh rows
-        # into the step's observation instead would copy the whole (large) observation at
-        # every step; this way the step's own observation is computed only when
-        # final_observation is used.
-        observation = jax.vmap(self._env.observe)(state)
+        state, observation = carry
+        if not self.patch_observations:
+            # The next observation is that of the state after the resets. Patching the fresh
+            # rows into the step's observation instead would copy the whole (large)
+            # observation at every step; this way the step's own observation is computed
+            # only when final_observation is used.
+            observation = jax.vmap(self._env.observe)(state)
         extras = dict(ts.extras, final_observation=ts.observation)
         out = (state, ts.replace(observation=observation, extras=extras))
         return out, jax.tree.map(lambda _: True, out)

@@ -1,4 +1,4 @@
-"""IPPO, MAPPO and PQN-VDN baselines for CUBE (flax, optax, distrax, orbax); see docs/baselines.md.
+"""IPPO, MAPPO and PQN-VDN baselines for CUBE (flax, optax, orbax); see docs/baselines.md.
 
 ``build(algo, ...) -> Config`` (:mod:`cube_jax.rl.config`) is the typed training config;
 ``make_train(config) -> train(key)`` (:mod:`cube_jax.rl.ppo`) is the whole training run as

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 from typing import Any, Dict, Tuple
 
-import distrax
 import jax
 import jax.numpy as jnp
 import optax
@@ -142,7 +141,7 @@ class Transition:
     critic_in: jax.Array  # float32[E, N, C]
     action: jax.Array  # int32[E, N]
     log_prob: jax.Array  # float32[E, N]
-    value: jax.Array  # float32[E, N]
+    value: jax.Array  # float32[E, N] (a feedforward critic's: read after the rollout, see PPO.collect)
     reward: jax.Array  # float32[E, N] (shaped when shaping is on)
     terminated: jax.Array  # bool[E]
     truncated: jax.Array  # bool[E]
@@ -150,6 +149,27 @@ class Transition:
     episode: Dict[str, jax.Array]  # LogWrapper statistics, each [E]
     start: Any = None  # recurrent only: bool[E] obs is the first of an episode
     critic_hidden: Any = None  # recurrent only: float32[E, N, H] the critic's state after reading critic_in
+
+
+def policy_terms(logits: jax.Array, action: jax.Array, axis: int = -1) -> Tuple[jax.Array, jax.Array]:
+    """``(log-probability of action, entropy)`` of categorical policies whose ``logits`` have
+    their actions along ``axis`` (int ``action`` has every other axis of ``logits``): what
+    ``distrax.Categorical(logits).log_prob(action)`` and ``.entropy()`` give, for either layout."""
+    log_p = jax.nn.log_softmax(logits, axis=axis)
+    chosen = jax.lax.broadcasted_iota(jnp.int32, logits.shape, axis % logits.ndim) == jnp.expand_dims(action, axis)
+    log_prob = jnp.sum(jnp.where(chosen, log_p, 0.0), axis=axis)
+    return log_prob, -jnp.sum(jnp.exp(log_p) * log_p, axis=axis)
+
+
+def sample_categorical(logits: jax.Array, uniform: jax.Array) -> Tuple[jax.Array, jax.Array]:
+    """``(action int32[...], its log-probability float32[...])``: a sample of the categorical
+    policies ``logits`` float32[..., A] by inversion, ``uniform`` float32[...] in [0, 1) being
+    one uniform number per policy: the action is the first whose cumulative probability
+    exceeds it. One random number per sample instead of the A of a Gumbel argmax."""
+    log_p = jax.nn.log_softmax(logits, axis=-1)
+    below = jnp.cumsum(jnp.exp(log_p), axis=-1) <= uniform[..., None]
+    action = jnp.minimum(jnp.sum(below, axis=-1), logits.shape[-1] - 1).astype(jnp.int32)
+    return action, jnp.take_along_axis(log_p, action[..., None], axis=-1)[..., 0]
 
 
 class PPO:
@@ -165,7 +185,10 @@ class PPO:
         shaping = config.shaping
         if shaping.enabled:
             env = ShapingWrapper(env, t.gamma, shaping.align_weight, shaping.reach_weight, shaping.reach)
-        self.train_env = LogWrapper(AutoResetWrapper(FinalCriticInputWrapper(env, self.critic_kind)))
+        # Where the critic reads observations, each step's own (pre-reset) observation is
+        # computed for the bootstrap of truncated steps: the auto-reset reuses it.
+        patch = self.critic_kind in ("obs", "obs_world")
+        self.train_env = LogWrapper(AutoResetWrapper(FinalCriticInputWrapper(env, self.critic_kind), patch_observations=patch))
         self.shaping_coef = float(shaping.coef) if shaping.enabled else 0.0
         self.dense_coef = float(shaping.dense_coef) if shaping.enabled else 0.0
         # The actor flattens every feature axis of one agent's observation (several for "grid").
@@ -252,25 +275,25 @@ class PPO:
 
     def _read_step(self, runner: Runner, critic_in: jax.Array):
         """``(logits float32[E, N, A], values float32[E, N], runner)`` for the current
-        observations; a recurrent runner comes back with its hidden states advanced."""
+        observations; a recurrent runner comes back with its hidden states advanced. A
+        feedforward critic is not read here (``values`` is None): :meth:`collect` reads the
+        whole rollout's values in one pass after it, where the products are large enough to
+        run at full speed."""
         if not self.recurrent:
-            logits = self.actor.apply(runner.params["actor"], runner.obs)  # [E, N, A]
-            value = self.critic.apply(runner.params["critic"], critic_in)  # [E, N]
-            return logits, value, runner
+            return self.actor.apply(runner.params["actor"], runner.obs), None, runner  # [E, N, A]
         resets = self._agent_starts(runner.starts)
         params, hidden = runner.params, runner.hidden
         actor_hidden, logits = self.actor.apply(params["actor"], hidden["actor"], runner.obs[None], resets)
         critic_hidden, value = self.critic.apply(params["critic"], hidden["critic"], critic_in[None], resets)
         return logits[0], value[0], runner.replace(hidden={"actor": actor_hidden, "critic": critic_hidden})
 
-    def _env_step(self, runner: Runner, noise: jax.Array) -> Tuple[Runner, Transition]:
-        """One step of every environment; ``noise`` float32[E, N, A] is the step's Gumbel noise:
-        each agent takes ``argmax(logits + noise)``, a sample of its categorical policy."""
+    def _env_step(self, runner: Runner, uniform: jax.Array) -> Tuple[Runner, Transition]:
+        """One step of every environment; ``uniform`` float32[E, N] in [0, 1) draws each
+        agent's action from its categorical policy (:func:`sample_categorical`)."""
         critic_in = self.critic_inputs(runner.env_state, runner.obs)
         before = runner
         logits, value, runner = self._read_step(runner, critic_in)
-        action = jnp.argmax(logits + noise, axis=-1).astype(jnp.int32)
-        log_prob = distrax.Categorical(logits=logits).log_prob(action)
+        action, log_prob = sample_categorical(logits, uniform)
         env_state, ts = jax.vmap(self.train_env.step)(runner.env_state, action)
         reward = ts.reward
         if self.shaping_coef or self.dense_coef:
@@ -346,11 +369,22 @@ class PPO:
         _, value = self.critic.apply(params["critic"], hidden["critic"], critic_in, batch["start"])
         return logits, value
 
+    def _replay_minibatch(self, params, batch: Dict[str, Any]) -> Tuple[jax.Array, jax.Array, int]:
+        """``(logits, values, action axis)`` of a minibatch as :meth:`minibatches` lays it out.
+        Feedforward networks read their inputs one per column (``obs_columns`` float32[F, b],
+        and ``critic_columns`` where the critic reads something else) and give the logits as
+        float32[A, b]: the layout whose weight gradients are fast on the CPU
+        (:func:`~cube_jax.rl.networks.mlp_columns`). Recurrent ones are :meth:`replay`."""
+        if self.recurrent:
+            return self.replay(params, batch) + (-1,)
+        obs = batch["obs_columns"]
+        critic_in = obs if self.critic_reads_obs else batch["critic_columns"]
+        return self.actor.columns(params["actor"], obs), self.critic.columns(params["critic"], critic_in), 0
+
     def _loss(self, params, batch: Dict[str, jax.Array]):
         t = self.train_cfg
-        logits, value = self.replay(params, batch)
-        pi = distrax.Categorical(logits=logits)
-        log_prob = pi.log_prob(batch["action"])
+        logits, value, axis = self._replay_minibatch(params, batch)
+        log_prob, entropy = policy_terms(logits, batch["action"], axis)
         # Clipped value loss keeps the critic from jumping far from the values the data was collected with.
         value_clipped = batch["value"] + jnp.clip(value - batch["value"], -t.clip_eps, t.clip_eps)
         value_loss = 0.5 * jnp.mean(
@@ -363,7 +397,7 @@ class PPO:
         policy_loss = -jnp.mean(
             jnp.minimum(ratio * adv, jnp.clip(ratio, 1.0 - t.clip_eps, 1.0 + t.clip_eps) * adv)
         )
-        entropy = jnp.mean(pi.entropy())
+        entropy = jnp.mean(entropy)
         total = policy_loss + t.vf_coef * value_loss - t.ent_coef * entropy
         stats = {
             "policy_loss": policy_loss,
@@ -384,11 +418,19 @@ class PPO:
     def minibatches(self, key: jax.Array, samples: Dict[str, Any]) -> Dict[str, Any]:
         """``samples`` shuffled and split into ``num_minibatches`` along a new leading axis:
         single agent steps, or (recurrent) whole environments' sequences, so the GRUs replay
-        each one from the hidden state it started the rollout with."""
+        each one from the hidden state it started the rollout with. Single steps hold their
+        network inputs one sample per column: ``obs_columns`` float32[m, F, b] (and
+        ``critic_columns``) in place of ``obs`` (and ``critic_in``), as
+        :meth:`_replay_minibatch` reads them."""
         m = self.train_cfg.num_minibatches
         if not self.recurrent:
             perm = shuffle_indices(key, self.batch_size)
-            return jax.tree.map(lambda x: x[perm].reshape((m, self.minibatch_size) + x.shape[1:]), samples)
+            out = {k: v[perm].reshape((m, self.minibatch_size) + v.shape[1:]) for k, v in samples.items()}
+            for key_in, key_out in (("obs", "obs_columns"), ("critic_in", "critic_columns")):
+                if key_in in out:  # [m, b, *F] -> [m, F, b]: what the networks' ``columns`` read
+                    x = out.pop(key_in)
+                    out[key_out] = jnp.swapaxes(x.reshape(x.shape[:2] + (-1,)), 1, 2)
+            return out
         perm = shuffle_indices(key, self.num_envs)
 
         def split(x, env_axis):  # [..., E, ...] -> [m, ..., E / m, ...]
@@ -412,11 +454,15 @@ class PPO:
         critic reads something other than the vector observation (MAPPO, or a grid).
         """
         initial_hidden = runner.hidden if self.recurrent else None
-        # The whole rollout's sampling noise in one draw: on the CPU every draw is a loop of
-        # its own, which cost more than the actor and the critic in each step.
+        # The whole rollout's sampling noise in one draw, one number per agent step: on the
+        # CPU every draw is a loop of its own, which cost more than the actor and the critic
+        # in each step.
         key, k_noise = jax.random.split(runner.key)
-        noise = jax.random.gumbel(k_noise, (self.num_steps,) + runner.obs.shape[:2] + (self.env.num_actions,))
-        runner, traj = jax.lax.scan(self._env_step, runner.replace(key=key), noise)
+        uniform = jax.random.uniform(k_noise, (self.num_steps,) + runner.obs.shape[:2])
+        runner, traj = jax.lax.scan(self._env_step, runner.replace(key=key), uniform)
+        if not self.recurrent:
+            critic_in = traj.obs if self.critic_reads_obs else traj.critic_in
+            traj = traj.replace(value=self.critic.apply(runner.params["critic"], critic_in))  # [T, E, N]
         last_value = self._last_value(runner)
         advantage, target = self.advantages(runner.params["critic"], traj, last_value)
 

@@ -127,8 +127,9 @@ class PQN:
         shaping = config.shaping
         if shaping.enabled:
             env = ShapingWrapper(env, t.gamma, shaping.align_weight, shaping.reach_weight, shaping.reach)
-        # The auto-reset keeps each step's pre-reset observation: truncated steps bootstrap from it.
-        self.train_env = LogWrapper(AutoResetWrapper(env))
+        # The auto-reset keeps each step's pre-reset observation: truncated steps bootstrap from
+        # it, and the next observation is that one with the fresh episodes' rows written over.
+        self.train_env = LogWrapper(AutoResetWrapper(env, patch_observations=True))
         self.shaping_coef = float(shaping.coef) if shaping.enabled else 0.0
         self.dense_coef = float(shaping.dense_coef) if shaping.enabled else 0.0
         feature_dims = len(self.env.observation_shape) - 1
