@@ -297,6 +297,38 @@ def test_nearest_reach_draws_each_agent_to_its_nearest_left_face():
         ShapingWrapper(env, gamma=0.99, reach_weight=1.0, reach="closest")
 
 
+def _many_blocks_env():
+    """45 blocks of weight 1 in rows of five, four of them touching (chains to push), 12 agents."""
+    blocks = [(r, c, 1) for r in range(2, 20, 2) for c in (5, 6, 7, 8, 12)]
+    agents = [(r, c) for r in range(1, 19, 3) for c in (1, 3)]
+    return cube_jax.make(scenario=cube_jax.Scenario(grid_size=22, agents=agents, blocks=blocks, max_steps=60))
+
+
+@pytest.mark.parametrize("world", ["n=1", "n=4", "n=40", "45 blocks"])
+def test_the_batched_potential_is_the_one_state_definition(world):
+    # shaping_potential runs on environment-last arrays (whole batches under vmap); it gives
+    # the values of the term-by-term definition on every state, for every mode, under vmap
+    # and on a batch with two leading axes. n = 40: more than 32 agents (ranks by a sort);
+    # 45 blocks: the closure as a bool relation, with chains of blocks.
+    from cube_jax.rl.shaping import potential_of_one_state, shaping_potential
+
+    env = _many_blocks_env() if world == "45 blocks" else cube_jax.make(n=int(world[2:]))
+    n = env.num_agents
+    states, _ = jax.vmap(env.reset)(jax.random.split(jax.random.PRNGKey(n), 48))
+    step = jax.jit(jax.vmap(env.step))
+    for t in range(12):
+        states, _ = step(states, jax.random.randint(jax.random.PRNGKey(t), (48, n), 0, 5))
+    states = states.replace(block_alive=states.block_alive.at[::3, 0].set(False))  # some blocks delivered
+    for align, reach_weight, mode in [(0.0, 2.0, "quorum"), (0.5, 1.0, "quorum"), (0.0, 1.0, "nearest"), (0.0, 0.0, "quorum")]:
+        want = np.asarray(jax.vmap(lambda s: potential_of_one_state(s, align, reach_weight, mode))(states))
+        got = np.asarray(jax.jit(jax.vmap(lambda s: shaping_potential(s, align, reach_weight, mode)))(states))
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7, err_msg=f"{align} {reach_weight} {mode}")
+        two_axes = jax.tree.map(lambda x: x.reshape((6, 8) + x.shape[1:]), states)
+        np.testing.assert_allclose(np.asarray(shaping_potential(two_axes, align, reach_weight, mode)).reshape(-1), want,
+                                   rtol=1e-6, atol=1e-7)
+    assert (env.num_blocks > 32) == (world == "45 blocks") and (n > 32) == (world == "n=40")
+
+
 @pytest.mark.parametrize("agents", [5, 40], ids=["counted", "sorted"])
 def test_rank_orders_agents_by_distance_with_ties_by_id(agents):
     from cube_jax.rl.shaping import SORT_MIN_AGENTS, _rank

@@ -44,8 +44,10 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from cube_jax.core.types import State
-from cube_jax.symbolic.concepts import chain_weights, distance_to_face, face_aligned_counts
+from cube_jax.core.dynamics import env_first, env_last, vmap_as_batch
+from cube_jax.core.types import ACTION_DELTAS, State
+from cube_jax.symbolic.concepts import (blocks_in_front, chain_closure_weights, chain_weights, distance_to_face,
+                                        face_aligned_counts, push_action)
 from cube_jax.symbolic.vocabulary import LEFT_FACE, goal_distance
 
 
@@ -93,17 +95,22 @@ def _reach_nearest(state: State) -> jax.Array:
 SORT_MIN_AGENTS = 32
 
 
-def _rank(dist: jax.Array) -> jax.Array:
-    """int32[B, N]: each agent's place among the agents by distance to each block, nearest
-    first (ties by agent id). Up to SORT_MIN_AGENTS agents by counting who comes first
-    (elementwise; XLA sorts a small axis on CPU as slowly as a large one), above by a sort."""
-    n = dist.shape[-1]
+def _rank(dist: jax.Array, axis: int = -1) -> jax.Array:
+    """int32[B, N, ...]: each agent's place among the agents (along ``axis`` of ``dist``) by
+    distance to each block, nearest first (ties by agent id). Up to SORT_MIN_AGENTS agents
+    by counting who comes first (elementwise; XLA sorts a small axis on CPU as slowly as a
+    large one), above by a sort."""
+    axis = axis % dist.ndim
+    n = dist.shape[axis]
     if n > SORT_MIN_AGENTS:
-        return jnp.argsort(jnp.argsort(dist, axis=-1, stable=True), axis=-1).astype(jnp.int32)
-    mine, theirs = dist[:, :, None], dist[:, None, :]  # [B, i, 1], [B, 1, j]
-    ids = jnp.arange(n)
-    before = (theirs < mine) | ((theirs == mine) & (ids[None, None, :] < ids[None, :, None]))  # j before i
-    return jnp.sum(before, axis=-1, dtype=jnp.int32)
+        return jnp.argsort(jnp.argsort(dist, axis=axis, stable=True), axis=axis).astype(jnp.int32)
+    mine, theirs = jnp.expand_dims(dist, axis + 1), jnp.expand_dims(dist, axis)  # [.., i, 1, ..], [.., 1, j, ..]
+    shape = [1] * (dist.ndim + 1)
+    shape[axis + 1] = n
+    ids_j = jnp.arange(n).reshape(shape)
+    ids_i = jnp.swapaxes(ids_j, axis, axis + 1)
+    before = (theirs < mine) | ((theirs == mine) & (ids_j < ids_i))  # j before i
+    return jnp.sum(before, axis=axis + 1, dtype=jnp.int32)
 
 
 def _reach(state: State, force: jax.Array) -> jax.Array:
@@ -136,7 +143,62 @@ def _check_reach_mode(mode: str) -> None:
 
 def shaping_potential(state: State, align_weight: float = 0.0, reach_weight: float = 0.0,
                       reach: str = "quorum") -> jax.Array:
-    """float32[]: ``progress + align_weight * alignment + reach_weight * reach`` (see the module doc)."""
+    """float32[*lead]: ``progress + align_weight * alignment + reach_weight * reach`` (see the
+    module doc) of a state or of a batch of states with any leading axes.
+
+    Computed on the blocks' and agents' arrays laid out environments last (as the step rules
+    and the observations are), also under ``jax.vmap``, which hands it the whole batch: the
+    arrays of one environment are a few blocks and agents long, too short for the CPU's
+    vector units, and the potential is computed twice in every step of a shaped rollout.
+    The same values as :func:`potential_of_one_state` (tested).
+    """
+    _check_reach_mode(reach)
+    return vmap_as_batch(lambda s: _potential_env_last(s, float(align_weight), float(reach_weight), reach))(state)
+
+
+def _potential_env_last(state: State, align_weight: float, reach_weight: float, reach: str) -> jax.Array:
+    lead = state.t.shape
+    k = state.grid_size
+    f32 = jnp.float32
+    pos, bpos = env_last(state.agent_pos, lead, 2), env_last(state.block_pos, lead, 2)
+    ar, ac = pos[:, 0], pos[:, 1]  # [N, E]
+    br, bc = bpos[:, 0], bpos[:, 1]  # [B, E]
+    w, alive = env_last(state.block_weight, lead, 1), env_last(state.block_alive, lead, 1)
+    wf = w.astype(f32)
+    total = jnp.sum(wf, axis=0)  # [E]
+    dist = goal_distance(k, bc, w, alive).astype(f32)
+    phi = -jnp.sum(wf * dist, axis=0) / (k * total)
+    quorum_reach = reach_weight and reach == "quorum"
+    force = None
+    if align_weight or quorum_reach:  # the left face's force, shared by both terms
+        front = blocks_in_front(br, bc, w, alive, jnp.asarray(ACTION_DELTAS, jnp.int32)[push_action(LEFT_FACE)])
+        force = jnp.maximum(chain_closure_weights(front, w), 1).astype(f32)  # [B, E]
+    if align_weight:
+        # the alignment term, state by state (chains of agents through a grid)
+        flat = jax.tree.map(lambda x: x.reshape((-1,) + x.shape[len(lead):]), state)
+        share = jax.vmap(_alignment)(flat, jnp.moveaxis(force, -1, 0))  # [E]
+        phi = phi + align_weight * share
+    if reach_weight:
+        # every agent's distance to every block's left face line (DYNAMICS.md cells; walls ignored)
+        rows = jnp.maximum(br[:, None] - ar[None], 0) + jnp.maximum(ar[None] - (br + w - 1)[:, None], 0)
+        face = (rows + jnp.abs(ac[None] - (bc - 1)[:, None])).astype(f32)  # [B, N, E]
+        if quorum_reach:
+            n = ar.shape[0]
+            quorum = jnp.minimum(force, n)  # [B, E]
+            counted = _rank(face, axis=1) < quorum[:, None]  # the quorum nearest agents of each block
+            mean = jnp.sum(jnp.where(counted, face, 0.0), axis=1) / quorum
+            term = -jnp.sum(jnp.where(alive, wf * mean, 0.0), axis=0) / (2 * k * total)
+        else:
+            nearest = jnp.min(jnp.where(alive[:, None], face, jnp.inf), axis=0)  # [N, E]; inf once all delivered
+            term = -jnp.mean(jnp.where(jnp.isfinite(nearest), nearest, 0.0), axis=0) / (2 * k)
+        phi = phi + reach_weight * term
+    return env_first(phi, lead)
+
+
+def potential_of_one_state(state: State, align_weight: float = 0.0, reach_weight: float = 0.0,
+                           reach: str = "quorum") -> jax.Array:
+    """float32[]: :func:`shaping_potential` of one state, term by term through the symbolic
+    concepts (the definition the batched form is tested against)."""
     _check_reach_mode(reach)
     phi = block_progress_potential(state)
     quorum_reach = reach_weight and reach == "quorum"

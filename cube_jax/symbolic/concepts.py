@@ -268,14 +268,20 @@ def block_in_front(state: State, direction) -> jax.Array:
     step; as squares these are interval overlaps on both axes. ``direction`` may be traced.
     """
     step = jnp.asarray(ACTION_DELTAS, jnp.int32)[direction]
-    r, c, w = state.block_pos[:, 0], state.block_pos[:, 1], state.block_weight
+    return blocks_in_front(state.block_pos[:, 0], state.block_pos[:, 1], state.block_weight, state.block_alive, step)
+
+
+def blocks_in_front(r, c, w, alive, step) -> jax.Array:
+    """:func:`block_in_front` on the blocks' arrays: rows ``r``, columns ``c``, weights ``w``
+    and ``alive`` flags ``[B, *T]`` (``T``: trailing batch axes, e.g. environments last),
+    ``step`` the direction's (row, column) delta; ``bool[B, B, *T]``."""
+    b = r.shape[0]
 
     def overlap(start_j, start_x):  # [j, x]: [start_j, start_j + w_j) meets [start_x, start_x + w_x)
         return (start_j[:, None] < start_x[None, :] + w[None, :]) & (start_x[None, :] < start_j[:, None] + w[:, None])
 
-    b = r.shape[0]
-    alive = state.block_alive
-    return overlap(r + step[0], r) & overlap(c + step[1], c) & ~jnp.eye(b, dtype=bool) & alive[:, None] & alive[None, :]
+    other = ~jnp.eye(b, dtype=bool).reshape((b, b) + (1,) * (r.ndim - 1))
+    return overlap(r + step[0], r) & overlap(c + step[1], c) & other & alive[:, None] & alive[None, :]
 
 
 def chain_weights(state: State, face) -> jax.Array:
@@ -284,6 +290,13 @@ def chain_weights(state: State, face) -> jax.Array:
     ``C(j)`` is j plus every alive block reachable through "in front of" in the push
     direction; the step rules move j only with a force of at least this much (when no
     other pushed block joins the composite).
+    """
+    return chain_closure_weights(block_in_front(state, push_action(face)), state.block_weight)
+
+
+def chain_closure_weights(front: jax.Array, weight: jax.Array) -> jax.Array:
+    """int32[B, *T]: ``[j]`` = summed ``weight`` of j and every block reachable from it through
+    ``front`` bool[B, B, *T] (``[j, x]``: x is in front of j), ``T`` trailing batch axes.
 
     The reachability is a transitive closure by repeated squaring, written as unrolled
     folds of elementwise terms (batched integer matrix products, or reductions over the
@@ -291,22 +304,21 @@ def chain_weights(state: State, face) -> jax.Array:
     every step of a shaped training rollout): up to 32 blocks each row is a bit set in one
     uint32 word, above that a bool[B, B] relation.
     """
-    b = state.block_pos.shape[0]
-    front = block_in_front(state, push_action(face))
+    b = front.shape[0]
     rounds = max(0, b - 2).bit_length()  # squarings that cover paths of up to B - 1 hops
     if b > 32:
-        reach = front | jnp.eye(b, dtype=bool)
+        reach = front | jnp.eye(b, dtype=bool).reshape((b, b) + (1,) * (front.ndim - 2))
         for _ in range(rounds):
             reach = functools.reduce(jnp.logical_or, [reach[:, j, None] & reach[None, j, :] for j in range(b)], reach)
-        return jnp.where(reach, state.block_weight[None, :], 0).sum(1).astype(jnp.int32)
+        return jnp.where(reach, weight[None, :], 0).sum(1).astype(jnp.int32)
     one = jnp.uint32(1)
-    rows = one << jnp.arange(b, dtype=jnp.uint32)  # [B] block j's set holds j ...
+    rows = (one << jnp.arange(b, dtype=jnp.uint32)).reshape((b,) + (1,) * (front.ndim - 2))  # block j's set holds j ...
     rows = functools.reduce(jnp.bitwise_or, [jnp.where(front[:, x], one << x, jnp.uint32(0)) for x in range(b)], rows)
     for _ in range(rounds):  # ... and everything the blocks in its set reach
         rows = functools.reduce(jnp.bitwise_or, [jnp.where((rows >> x) & one, rows[x], jnp.uint32(0)) for x in range(b)],
                                 rows)
-    zero = jnp.zeros((), state.block_weight.dtype)
-    return functools.reduce(jnp.add, [jnp.where((rows >> x) & one, state.block_weight[x], zero) for x in range(b)]).astype(
+    zero = jnp.zeros((), weight.dtype)
+    return functools.reduce(jnp.add, [jnp.where((rows >> x) & one, weight[x], zero) for x in range(b)]).astype(
         jnp.int32)
 
 
