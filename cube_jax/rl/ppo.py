@@ -166,10 +166,9 @@ def sample_categorical(logits: jax.Array, uniform: jax.Array) -> Tuple[jax.Array
     policies ``logits`` float32[..., A] by inversion, ``uniform`` float32[...] in [0, 1) being
     one uniform number per policy: the action is the first whose cumulative probability
     exceeds it. One random number per sample instead of the A of a Gumbel argmax."""
-    log_p = jax.nn.log_softmax(logits, axis=-1)
-    below = jnp.cumsum(jnp.exp(log_p), axis=-1) <= uniform[..., None]
+    below = jnp.cumsum(jnp.exp(jax.nn.log_softmax(logits, axis=-1)), axis=-1) <= uniform[..., None]
     action = jnp.minimum(jnp.sum(below, axis=-1), logits.shape[-1] - 1).astype(jnp.int32)
-    return action, jnp.take_along_axis(log_p, action[..., None], axis=-1)[..., 0]
+    return action, policy_terms(logits, action)[0]
 
 
 class PPO:

@@ -53,12 +53,15 @@ from cube_jax.symbolic.vocabulary import LEFT_FACE, goal_distance
 
 def block_progress_potential(state: State) -> jax.Array:
     """float32[]: minus the weighted remaining distance of alive blocks, in [-1, 0]."""
-    k = state.grid_size
-    w = state.block_weight.astype(jnp.float32)  # [B]
-    # [B] columns still to go, 0 for delivered blocks
-    dist = goal_distance(k, state.block_pos[:, 1], state.block_weight, state.block_alive).astype(jnp.float32)
-    remaining = jnp.sum(w * dist)
-    return -remaining / (k * jnp.sum(w))
+    return _progress_term(state.grid_size, state.block_pos[:, 1], state.block_weight, state.block_alive)
+
+
+def _progress_term(k: int, col, weight, alive) -> jax.Array:
+    """float32[*T]: the progress term from the blocks' columns, weights and alive flags
+    ``[B, *T]`` (``T``: trailing batch axes, none for one state)."""
+    w = weight.astype(jnp.float32)
+    dist = goal_distance(k, col, weight, alive).astype(jnp.float32)  # columns still to go, 0 once delivered
+    return -jnp.sum(w * dist, axis=0) / (k * jnp.sum(w, axis=0))
 
 
 def _left_face_force(state: State) -> jax.Array:
@@ -87,9 +90,21 @@ def _face_distances(state: State) -> jax.Array:
 
 def _reach_nearest(state: State) -> jax.Array:
     """float32[]: minus the mean over agents of the distance to the nearest alive block's left face / 2K."""
-    dist = jnp.where(state.block_alive[:, None], _face_distances(state), jnp.inf)
-    nearest = jnp.min(dist, axis=0)  # [N]; inf once every block is delivered
-    return -jnp.mean(jnp.where(jnp.isfinite(nearest), nearest, 0.0)) / (2 * state.grid_size)
+    return _reach_term(state.grid_size, _face_distances(state), state.block_weight, state.block_alive)
+
+
+def _reach_term(k: int, face, weight, alive, force=None) -> jax.Array:
+    """float32[*T]: the reach term from every agent's distance to every block's left face
+    ``face`` float32[B, N, *T] and the blocks' weights and alive flags ``[B, *T]``: with the
+    left faces' ``force`` [B, *T] the quorum form, without it the nearest form."""
+    if force is None:
+        nearest = jnp.min(jnp.where(alive[:, None], face, jnp.inf), axis=0)  # [N, *T]; inf once all delivered
+        return -jnp.mean(jnp.where(jnp.isfinite(nearest), nearest, 0.0), axis=0) / (2 * k)
+    w = weight.astype(jnp.float32)
+    quorum = jnp.minimum(force, face.shape[1])  # [B, *T]
+    counted = _rank(face, axis=1) < quorum[:, None]  # the quorum nearest agents of each block
+    mean = jnp.sum(jnp.where(counted, face, 0.0), axis=1) / quorum
+    return -jnp.sum(jnp.where(alive, w * mean, 0.0), axis=0) / (2 * k * jnp.sum(w, axis=0))
 
 
 SORT_MIN_AGENTS = 32
@@ -114,14 +129,7 @@ def _rank(dist: jax.Array, axis: int = -1) -> jax.Array:
 
 
 def _reach(state: State, force: jax.Array) -> jax.Array:
-    k = state.grid_size
-    n = state.agent_pos.shape[0]
-    w = state.block_weight.astype(jnp.float32)
-    dist = _face_distances(state)  # [B, N]
-    quorum = jnp.minimum(force, n)  # [B]
-    counted = _rank(dist) < quorum[:, None]  # the quorum nearest agents of each block
-    mean = jnp.sum(jnp.where(counted, dist, 0.0), axis=1) / quorum
-    return -jnp.sum(jnp.where(state.block_alive, w * mean, 0.0)) / (2 * k * jnp.sum(w))
+    return _reach_term(state.grid_size, _face_distances(state), state.block_weight, state.block_alive, force)
 
 
 def alignment_potential(state: State) -> jax.Array:
@@ -164,10 +172,7 @@ def _potential_env_last(state: State, align_weight: float, reach_weight: float, 
     ar, ac = pos[:, 0], pos[:, 1]  # [N, E]
     br, bc = bpos[:, 0], bpos[:, 1]  # [B, E]
     w, alive = env_last(state.block_weight, lead, 1), env_last(state.block_alive, lead, 1)
-    wf = w.astype(f32)
-    total = jnp.sum(wf, axis=0)  # [E]
-    dist = goal_distance(k, bc, w, alive).astype(f32)
-    phi = -jnp.sum(wf * dist, axis=0) / (k * total)
+    phi = _progress_term(k, bc, w, alive)
     quorum_reach = reach_weight and reach == "quorum"
     force = None
     if align_weight or quorum_reach:  # the left face's force, shared by both terms
@@ -182,16 +187,7 @@ def _potential_env_last(state: State, align_weight: float, reach_weight: float, 
         # every agent's distance to every block's left face line (DYNAMICS.md cells; walls ignored)
         rows = jnp.maximum(br[:, None] - ar[None], 0) + jnp.maximum(ar[None] - (br + w - 1)[:, None], 0)
         face = (rows + jnp.abs(ac[None] - (bc - 1)[:, None])).astype(f32)  # [B, N, E]
-        if quorum_reach:
-            n = ar.shape[0]
-            quorum = jnp.minimum(force, n)  # [B, E]
-            counted = _rank(face, axis=1) < quorum[:, None]  # the quorum nearest agents of each block
-            mean = jnp.sum(jnp.where(counted, face, 0.0), axis=1) / quorum
-            term = -jnp.sum(jnp.where(alive, wf * mean, 0.0), axis=0) / (2 * k * total)
-        else:
-            nearest = jnp.min(jnp.where(alive[:, None], face, jnp.inf), axis=0)  # [N, E]; inf once all delivered
-            term = -jnp.mean(jnp.where(jnp.isfinite(nearest), nearest, 0.0), axis=0) / (2 * k)
-        phi = phi + reach_weight * term
+        phi = phi + reach_weight * _reach_term(k, face, w, alive, force if quorum_reach else None)
     return env_first(phi, lead)
 
 

@@ -120,8 +120,8 @@ def shuffle_indices(key: jax.Array, n: int) -> jax.Array:
     if n > 1 << 31:
         return jax.random.permutation(key, n).astype(jnp.int32)
     keys = jax.random.bits(key, (2,), jnp.uint32)
-    words = jax.lax.sort(_mix(jnp.arange(n, dtype=jnp.uint32), [keys[0], keys[1]]))
-    return _unmix(words, [keys[0], keys[1]]).astype(jnp.int32)
+    words = jax.lax.sort(_mix(jnp.arange(n, dtype=jnp.uint32), keys))
+    return _unmix(words, keys).astype(jnp.int32)
 
 
 def run_epochs(epoch, runner, samples, lr, count: int):
