@@ -60,8 +60,8 @@ class AutoResetWrapper(Wrapper):
     observations written over their rows: observations are computed once when the step's
     own are used anyway (``final_observation``, or a wrapper under this one that reads
     them, as the trainers' bootstrap of truncated steps does), but a loop that never reads
-    them pays for the writes (about a fifth of a vector-observation loop at n = 4,
-    docs/performance.md). The result is the same either way.
+    them pays for the writes (measured: about a fifth of the vector-observation loop at
+    n = 4 of ``benchmarks/throughput.py``'s targets). The result is the same either way.
     """
 
     def __init__(self, env, resets_per_step: Optional[int] = None, patch_observations: bool = False):

@@ -56,7 +56,8 @@ def mlp_columns(mlp_params, columns: jax.Array, activation: str) -> jax.Array:
     The same products, laid out so that the backward pass's weight gradients contract two
     row-major ``[features, B]`` operands over their last axis. On the CPU that is the fast
     form: for an MLP of two 64-unit layers over 8192 samples the gradient took about two
-    thirds of the time of the batch-major one (docs/performance.md, "The IPPO update").
+    thirds of the time of the batch-major one (measured when it was written; the update's
+    profile is in docs/performance.md, "The IPPO update").
     """
     act = ACTIVATIONS[activation]
     layers = [mlp_params[f"Dense_{i}"] for i in range(len(mlp_params))]
