@@ -45,6 +45,7 @@ def record(run_dir: Path, name: str, command: str, machine: str) -> Dict[str, An
         "wall_seconds": summary["wall_seconds"],
         "steps_per_second": summary["steps_per_second"],
         "seconds_to_target_success": summary["seconds_to_target_success"],
+        **({"stopped": summary["stopped"]} if "stopped" in summary else {}),
         "greedy_success_per_seed": greedy["success_rate"],
         "greedy_blocks_per_seed": greedy["blocks_delivered_frac"],
         "sampled_success_per_seed": sampled["success_rate"],
@@ -74,8 +75,12 @@ def render(results: List[Dict[str, Any]]) -> str:
     ]
     for r in results:
         learned = sum(v >= TARGET for v in r["greedy_success_per_seed"])
-        stopped = ("the budget ran out" if r["seconds_to_target_success"] is None
-                   else f"every seed at the target after {r['seconds_to_target_success']:.0f} s")
+        if r["seconds_to_target_success"] is not None:
+            stopped = f"every seed at the target after {r['seconds_to_target_success']:.0f} s"
+        elif r.get("stopped") == "max_seconds":
+            stopped = "the wall-clock limit (train.max_seconds) ran out"
+        else:
+            stopped = "the budget ran out"
         lines.append(
             f"| {r['name']} | `{r['command']}` | {learned} / {r['num_seeds']} "
             f"| {_rates(r['greedy_success_per_seed'])} | {_rates(r['greedy_blocks_per_seed'])} "

@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import numpy as np
@@ -577,6 +578,45 @@ def test_a_stalled_seed_keeps_the_run_going_and_shows_in_every_line(tmp_path, ca
     checks = [line for line in lines if line.startswith("greedy success")]
     assert checks == ["greedy success (3 episodes, the papers' reward) per seed [0: 0.84, 1: 0.01]"] * 3
     assert lines[-1].endswith("success per seed: [0: 0.84, 1: 0.01]")
+
+
+class SlowTrainer(CountingTrainer):
+    """Like CountingTrainer, but every update takes a fifth of a second of wall time."""
+
+    def update(self, state, num_updates):
+        state, metrics = super().update(state, num_updates)
+        jax.debug.callback(lambda: time.sleep(0.2))
+        return state, metrics
+
+
+def test_a_wall_clock_limit_stops_the_run_then_evaluates_and_saves(tmp_path, caplog):
+    from cube_jax.rl import run
+
+    # Two updates per call take 0.4 s or more: the limit of 1 s is passed after the third call
+    # at the latest (the first also compiles), long before the budget's 12 updates. The run
+    # stops there, then evaluates and saves as at the budget's end.
+    cfg = C.build("ippo", overrides=["num_seeds=2", "train.num_envs=4", "train.updates_per_call=2",
+                                     "train.target_success=null", "train.max_seconds=1",
+                                     f"output.root={tmp_path}", "output.name=limited", "output.gif=false",
+                                     "output.plot=false", "eval.episodes=3"])
+    trainer = SlowTrainer(cfg)
+    trainer.num_updates = 12
+    with caplog.at_level(logging.INFO, logger="cube_jax"):
+        summary = run.train_and_report(cfg, trainer=trainer)
+    assert summary["stopped"] == "max_seconds" and summary["seconds_to_target_success"] is None
+    assert 2 <= summary["updates"] < 12 and summary["updates"] % 2 == 0
+    meta = json.loads((tmp_path / "limited" / "checkpoint" / "policy.json").read_text())
+    assert meta["updates"] == summary["updates"]
+    lines = [r.getMessage() for r in caplog.records]
+    assert any(line.endswith(f"past train.max_seconds = 1; stopping at update {summary['updates']} of 12")
+               for line in lines)
+    assert json.loads((tmp_path / "limited" / "summary.json").read_text())["stopped"] == "max_seconds"
+    # Without the limit the same trainer runs its whole budget.
+    cfg = C.build("ippo", overrides=["num_seeds=2", "train.num_envs=4", "train.updates_per_call=6",
+                                     "train.target_success=null", f"output.root={tmp_path}", "output.name=whole",
+                                     "output.gif=false", "output.plot=false", "output.checkpoint=false",
+                                     "eval.episodes=3"])
+    assert run.train_and_report(cfg, trainer=CountingTrainer(cfg))["stopped"] == "budget"
 
 
 def test_the_progress_line_shows_each_seeds_success():

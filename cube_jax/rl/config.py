@@ -150,6 +150,11 @@ class TrainSection(Section):
         "episodes, the papers' reward) reaches it (null: never)",
     )
     target_check_every: PositiveInt = Field(5, description="jitted calls between two checks of target_success")
+    max_seconds: Optional[PositiveInt] = Field(
+        None, description="a wall-clock limit: stop after the first jitted call that ends this many seconds into "
+        "training (a resumed run counts its earlier seconds), then evaluate and save as at the budget's end "
+        "(null: no limit)",
+    )
 
     @model_validator(mode="after")
     def _at_least_one_update(self):

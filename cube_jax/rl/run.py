@@ -307,6 +307,7 @@ def train_and_report(config: Config, run_dir: Optional[Path] = None, fetch: Fetc
     steady_start, steady_steps = None, 0  # throughput after the first (compiling) chunk
     reached_target_at: Optional[float] = None
     calls = 0
+    stopped = "budget"  # what ended the loop: the budget, the target or train.max_seconds
     while done_updates < trainer.num_updates:
         count = min(per_call, trainer.num_updates - done_updates)
         t0 = time.perf_counter()
@@ -334,9 +335,17 @@ def train_and_report(config: Config, run_dir: Optional[Path] = None, fetch: Fetc
                      f": every seed >= {train.target_success} after {elapsed:.1f} s; stopping" if at_target else "")
             if at_target:
                 reached_target_at = elapsed
-        if out.checkpoint and (calls % out.checkpoint_every == 0 or reached_target_at is not None):
+        out_of_time = (train.max_seconds is not None and elapsed >= train.max_seconds
+                       and done_updates < trainer.num_updates and reached_target_at is None)
+        if train.max_seconds is not None and jax.process_count() > 1:  # every process stops at the same update
+            out_of_time = bool(multihost_utils.broadcast_one_to_all(np.bool_(out_of_time)))
+        if out_of_time:
+            log.info("%.1f s of training, past train.max_seconds = %d; stopping at update %d of %d",
+                     elapsed, train.max_seconds, done_updates, trainer.num_updates)
+        if out.checkpoint and (calls % out.checkpoint_every == 0 or reached_target_at is not None or out_of_time):
             save(session, state, run_dir)
-        if reached_target_at is not None:
+        if reached_target_at is not None or out_of_time:
+            stopped = "target" if reached_target_at is not None else "max_seconds"
             break
     wall = wall_before + time.perf_counter() - start
     steady_rate = steady_steps / (time.perf_counter() - steady_start) if steady_steps else None
@@ -359,6 +368,7 @@ def train_and_report(config: Config, run_dir: Optional[Path] = None, fetch: Fetc
         "steps_per_second": round(env_steps / wall, 1),
         "steady_steps_per_second": None if steady_rate is None else round(steady_rate, 1),
         "seconds_to_target_success": None if reached_target_at is None else round(reached_target_at, 2),
+        "stopped": stopped,
         "num_seeds": session.num_seeds,
         "devices": int(session.mesh.devices.size),
         # "eval" is the saved policy's (the best seed's); "eval_mean_over_seeds" averages all seeds.
