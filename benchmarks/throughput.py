@@ -25,6 +25,10 @@ Sections (``--sections``, comma-separated; default all)
               layouts, vector or egocentric), and n = 256 with 64 envs (fresh, egocentric)
   latency     one jitted step of one env (egocentric) at n = 64 and n = 256, best of rounds
               of 100 calls back to back
+  device      for an accelerator (not in the default): the step rules at DEVICE_NS x DEVICE_ENVS
+              (--ns, --sweep-envs override them) and the fresh-layout auto-reset loop at n = 4,
+              --steps steps per call, best of --repeats rounds, with the device named
+              (python benchmarks/throughput.py --sections device --out benchmarks/results/throughput_gpu.json)
 Memory is XLA's own estimate for the compiled rollout (arguments + outputs + temporaries).
 """
 from __future__ import annotations
@@ -421,6 +425,53 @@ def bench_targets(pairs: int, steps: int) -> list:
     return rows
 
 
+# --- on an accelerator ---------------------------------------------------------------------
+#
+# Batches sized for a GPU: the step rules alone at every n and batch size, and the training
+# loop's environment side (fresh-layout AutoResetWrapper, vector observations and rewards
+# consumed) at n = 4. Each program is timed in rounds, round-robin, and keeps its best round.
+DEVICE_NS = (4, 16, 64)
+DEVICE_ENVS = (16384, 65536)
+DEVICE_MAX_BYTES = 32 << 30  # a program whose compiled rollout needs more is skipped
+
+
+def bench_device(ns, envs, steps: int, rounds: int) -> dict:
+    cases, skipped = [], []
+    for e in envs:
+        for n in ns:
+            case = dynamics_case(n, e, steps, DEVICE_MAX_BYTES)
+            if case is None:
+                skipped.append({"n": n, "envs": e, "reason": f"compiled rollout above {DEVICE_MAX_BYTES >> 30} GiB"})
+                continue
+            case.row["loop"] = "step rules"
+            cases.append(case)
+            print(f"  compiled the step rules, n={n} envs={e}", flush=True)
+        loop = training_case(4, e, steps, "vector", 0)
+        loop.row.update(loop="fresh-layout AutoResetWrapper, vector observations consumed", steps=steps,
+                        memory_bytes=_memory_bytes(loop.fn, *loop.args))
+        loop.agents = 4
+        cases.append(loop)
+        print(f"  compiled the auto-reset loop, n=4 envs={e}", flush=True)
+    rows = measure(cases, rounds)
+    device = jax.devices()[0]
+    return {"device": getattr(device, "device_kind", str(device)), "platform": device.platform, "rounds": rounds,
+            "rows": [{k: r[k] for k in ("loop", "n", "envs", "steps", "env_steps_per_s", "agent_steps_per_s",
+                                        "memory_bytes")} for r in rows],
+            "skipped": skipped}
+
+
+def render_device(device: dict) -> str:
+    lines = [f"Device: {device['device']} ({device['platform']}); best of {device['rounds']} rounds.", "",
+             "| loop | n | envs | steps per call | env-steps/s | agent-steps/s | memory (XLA) |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]
+    for r in device["rows"]:
+        lines.append(f"| {r['loop']} | {r['n']} | {r['envs']} | {r['steps']} | {_fmt(r['env_steps_per_s'])} | "
+                     f"{_fmt(r['agent_steps_per_s'])} | {r['memory_bytes'] / 2**20:.0f} MiB |")
+    for r in device["skipped"]:
+        lines.append(f"| step rules | {r['n']} | {r['envs']} | | skipped: {r['reason']} | | |")
+    return "\n".join(lines)
+
+
 # --- one core against two ------------------------------------------------------------------
 #
 # The same jitted programs timed in two fresh processes: one restricted to a single core before
@@ -568,6 +619,8 @@ def render(data: dict) -> str:
         s = data["sweep"]
         parts += ["", f"#### Agent-steps/s against n = 4 at the same batch size (median of {s['rounds']} pairs)", "",
                   render_sweep(s)]
+    if "device" in data:
+        parts += ["", "#### On the accelerator", "", render_device(data["device"])]
     if "threads" in data:
         parts += ["", "#### One core against all cores (separate processes)", "", render_threads(data["threads"])]
     if "before" in data:
@@ -645,7 +698,8 @@ def _plot_heatmap(sweep: dict, path: Path) -> None:
     plt.close(fig)
 
 
-SECTIONS = ("sweep", "targets", "training", "latency", "threads")
+SECTIONS = ("sweep", "targets", "training", "latency", "threads", "device")
+DEFAULT_SECTIONS = SECTIONS[:-1]  # "device" is for an accelerator: asked for by name
 DOC = ROOT / "docs" / "performance.md"
 SCRIPT = "benchmarks/throughput.py"
 
@@ -653,7 +707,8 @@ SCRIPT = "benchmarks/throughput.py"
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="a small sweep (smoke check)")
-    parser.add_argument("--sections", default=",".join(SECTIONS), help=f"comma-separated, of {SECTIONS}")
+    parser.add_argument("--sections", default=",".join(DEFAULT_SECTIONS),
+                        help=f"comma-separated, of {SECTIONS} (default: all but device)")
     parser.add_argument("--ns", type=_positive_ints, help="team sizes of the sweep (default SWEEP_NS)")
     parser.add_argument("--sweep-envs", type=_positive_ints, help="batch sizes of the sweep (default SWEEP_ENVS)")
     parser.add_argument("--steps", type=int, default=64, help="steps per timed rollout outside the sweep (default 64)")
@@ -713,6 +768,9 @@ def main(argv=None) -> int:
         results["reset"] = bench_reset(4, 1024, repeats)
         print(markdown_table("reset alone, n=4", results["reset"], ["n", "reset", "envs", "resets_per_s"]))
 
+    if "device" in sections:
+        results["device"] = bench_device(args.ns or DEVICE_NS, args.sweep_envs or DEVICE_ENVS, steps, repeats)
+        print(render_device(results["device"]))
     if "threads" in sections:
         results["threads"] = bench_threads(repeats if not quick else 1, steps)
         print(render_threads(results["threads"]))
