@@ -1,8 +1,9 @@
-"""IPPO and MAPPO (and PQN-VDN) over ten seeds per world, reported as the field reports RL results.
+"""IPPO and MAPPO (and PQN-VDN, IPPO-RNN, MAPPO-RNN) over ten seeds per world, reported as the field reports RL results.
 
     nice -n 5 python benchmarks/rl_seeds.py --doc                 # ippo and mappo on easy and hard, 10 seeds
     python benchmarks/rl_seeds.py --worlds n2,n3 --budget n3=20000000
     python benchmarks/rl_seeds.py --algos pqn_vdn --worlds easy --budget easy=2000000   # its preset's budget
+    python benchmarks/rl_seeds.py --algos ippo_rnn --worlds n2 --budget n2=15000000       # GRU actor and critic
     python benchmarks/rl_seeds.py --quick                         # a tiny smoke run into runs/rl_seeds-quick
     python benchmarks/rl_seeds.py --render-only --doc             # figures and doc table from the JSON alone
 
@@ -79,7 +80,18 @@ WORLDS = {w.name: w for w in (
     World("n3", "n = 3", ("curriculum",), ("env.n=3",), 30_000_000),
     World("n4", "n = 4", ("curriculum",), ("env.n=4",), 40_000_000),
 )}
-ALGOS = ("ippo", "mappo", "pqn_vdn")
+ALGOS = ("ippo", "mappo", "pqn_vdn", "ippo_rnn", "mappo_rnn")
+# The recurrent agents run through their own scripts (baselines/ippo_rnn.py, mappo_rnn.py), which
+# are the PPO driver with their preset applied first: their config is built the same way.
+DRIVER = {"ippo_rnn": ("ippo", ("ippo_rnn",)), "mappo_rnn": ("mappo", ("mappo_rnn",))}
+
+
+def _build(algo: str, presets=(), overrides=()):
+    """``config.build`` for an algorithm of ALGOS (a recurrent one: its driver and preset first)."""
+    from cube_jax.rl.config import build
+
+    base, own = DRIVER.get(algo, (algo, ()))
+    return build(base, preset=[*own, *presets], overrides=list(overrides))
 DEFAULT_ALGOS = ("ippo", "mappo")
 DEFAULT_WORLDS = ("easy", "hard")
 DEFAULT_SEEDS = 10
@@ -176,13 +188,13 @@ def _budget(parser, text: str):
 
 def _check_algo(parser, algo: str) -> None:
     """An algorithm can run when its script and its config are there and the config builds."""
-    from cube_jax.rl.config import ConfigError, build
+    from cube_jax.rl.config import ConfigError
 
     script = ROOT / "baselines" / f"{algo}.py"
     if not script.is_file():
         parser.error(f"--algos: {algo} is not available here (no {script.relative_to(ROOT)})")
     try:
-        build(algo)
+        _build(algo)
     except (ConfigError, ValueError) as err:
         parser.error(f"--algos: {algo} is not available here (its config does not build: {str(err)[:200]})")
 
@@ -206,7 +218,7 @@ class Plan:
 
 
 def _plan(parser, algo: str, world: str, args) -> Plan:
-    from cube_jax.rl.config import ConfigError, build
+    from cube_jax.rl.config import ConfigError
 
     name = f"{algo}-{world}"
     presets = list(WORLDS[world].presets)
@@ -215,7 +227,7 @@ def _plan(parser, algo: str, world: str, args) -> Plan:
     if args.quick:
         overrides += list(QUICK_OVERRIDES)
     try:
-        config = build(algo, preset=presets, overrides=overrides)
+        config = _build(algo, presets, overrides)
     except ConfigError as err:
         flag = f"--budget {world}={args.budgets[world]}" if "total_timesteps" in str(err) else f"--worlds {world}"
         parser.error(f"{flag}: {algo} cannot run it: {err}")

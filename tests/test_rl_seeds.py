@@ -182,6 +182,21 @@ def test_budgets_default_per_world_and_can_be_overridden(tmp_path):
     assert n2.config["train"]["total_timesteps"] == 5_000_000 and n2.run_dir == tmp_path / "ippo-n2"
 
 
+def test_the_recurrent_agents_run_through_their_own_scripts(tmp_path):
+    tmp_path = tmp_path.resolve()
+    args = rl_seeds.parse_args(["--worlds", "n2", "--algos", "ippo_rnn,mappo_rnn", "--budget", "n2=5e6",
+                                "--out", str(tmp_path)])
+    ippo, mappo = args.plans
+    assert ippo.command == ("python baselines/ippo_rnn.py --preset curriculum env.n=2 num_seeds=10 "
+                            f"train.target_success=null train.total_timesteps=5000000 output.root={tmp_path} "
+                            "output.name=ippo_rnn-n2")
+    assert mappo.command.startswith("python baselines/mappo_rnn.py --preset curriculum env.n=2 ")
+    for plan, algo in ((ippo, "ippo"), (mappo, "mappo")):
+        assert plan.config["algo"] == algo and plan.config["network"]["recurrent"] is True
+        assert plan.config["env"]["n"] == 2 and plan.config["shaping"]["reach"] == "nearest"  # the world's preset
+    assert ippo.run_dir == tmp_path / "ippo_rnn-n2"
+
+
 def _finished_run(tmp_path, edit):
     """A plan and a run folder holding its config.yaml (changed by ``edit``) and a summary.json."""
     (plan,) = rl_seeds.parse_args(["--worlds", "easy", "--algos", "ippo", "--out", str(tmp_path)]).plans
