@@ -84,14 +84,6 @@ ALGOS = ("ippo", "mappo", "pqn_vdn", "ippo_rnn", "mappo_rnn")
 # The recurrent agents run through their own scripts (baselines/ippo_rnn.py, mappo_rnn.py), which
 # are the PPO driver with their preset applied first: their config is built the same way.
 DRIVER = {"ippo_rnn": ("ippo", ("ippo_rnn",)), "mappo_rnn": ("mappo", ("mappo_rnn",))}
-
-
-def _build(algo: str, presets=(), overrides=()):
-    """``config.build`` for an algorithm of ALGOS (a recurrent one: its driver and preset first)."""
-    from cube_jax.rl.config import build
-
-    base, own = DRIVER.get(algo, (algo, ()))
-    return build(base, preset=[*own, *presets], overrides=list(overrides))
 DEFAULT_ALGOS = ("ippo", "mappo")
 DEFAULT_WORLDS = ("easy", "hard")
 DEFAULT_SEEDS = 10
@@ -184,6 +176,14 @@ def _budget(parser, text: str):
     if not value.is_integer() or value < 1:
         parser.error(f"--budget {text!r}: STEPS must be a positive whole number of env steps per seed, got {steps!r}")
     return world, int(value)
+
+
+def _build(algo: str, presets=(), overrides=()):
+    """``config.build`` for an algorithm of ALGOS (a recurrent one: its driver and preset first)."""
+    from cube_jax.rl.config import build
+
+    base, own = DRIVER.get(algo, (algo, ()))
+    return build(base, preset=[*own, *presets], overrides=list(overrides))
 
 
 def _check_algo(parser, algo: str) -> None:

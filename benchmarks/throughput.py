@@ -699,7 +699,7 @@ def _plot_heatmap(sweep: dict, path: Path) -> None:
 
 
 SECTIONS = ("sweep", "targets", "training", "latency", "threads", "device")
-DEFAULT_SECTIONS = SECTIONS[:-1]  # "device" is for an accelerator: asked for by name
+DEFAULT_SECTIONS = tuple(s for s in SECTIONS if s != "device")  # "device" is for an accelerator: asked for by name
 DOC = ROOT / "docs" / "performance.md"
 SCRIPT = "benchmarks/throughput.py"
 
