@@ -28,6 +28,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from cube_jax.core import threefry
+
 PLACEMENT_ATTEMPTS = 32
 
 
@@ -98,8 +100,8 @@ def _valid_top_left(occupied: jax.Array, w: jax.Array) -> jax.Array:
 # so under ``vmap`` a batch pays for them only when one of its layouts needs them.
 #
 # Random words: the first round of every block (and the agents' rows) comes from a single
-# ``jax.random.bits`` call, since each call of the counter-based generator costs a loop of
-# its own on CPU. A 16-bit half of a word becomes a value below S by multiply-and-shift;
+# ``jax.random.bits`` draw (``threefry.bits``, the same words without the loop that each call
+# of JAX's counter-based generator costs on CPU). A 16-bit half of a word becomes a value below S by multiply-and-shift;
 # the few values that would make that biased are discarded like any rejected candidate
 # (see _uniform_below), so candidates are exactly uniform.
 REJECTION_ROUNDS = 4
@@ -333,7 +335,7 @@ def _words_per_layout(n: int, weights: Tuple[int, ...]) -> Tuple[int, int]:
 def _layout_words(key: jax.Array, n: int, weights: Tuple[int, ...]) -> Tuple[jax.Array, int]:
     """(uint32 words of the layout's first attempt, how many of them are the agents')."""
     agent_words, block_words = _words_per_layout(n, weights)
-    return jax.random.bits(key, (agent_words + block_words,), jnp.uint32), agent_words
+    return threefry.bits(key, agent_words + block_words), agent_words  # = jax.random.bits, no loop
 
 
 def general_layout(agent_key: jax.Array, block_key: jax.Array, words: jax.Array, n: int, weights: Tuple[int, ...]):

@@ -111,8 +111,9 @@ class AutoResetWrapper(Wrapper):
             """The fresh start states of the finished environments ranked start .. start+R-1,
             with their observations (index E pads a round with fewer, and is dropped when
             written)."""
-            chosen = done & (rank >= start) & (rank < start + r)
-            idx = jnp.nonzero(chosen, size=r, fill_value=axis_size)[0]
+            # this round's slot of each environment (r, dropped, for those not reset in this round)
+            slot = jnp.where(done & (rank >= start), rank - start, r)
+            idx = jnp.full((r,), axis_size, jnp.int32).at[slot].set(jnp.arange(axis_size, dtype=jnp.int32), mode="drop")
             fresh_state, fresh_ts = jax.vmap(self._env.reset)(state.key[jnp.minimum(idx, axis_size - 1)])
             return idx, (fresh_state, fresh_ts.observation if self.patch_observations else None)
 
