@@ -50,7 +50,21 @@ def record(run_dir: Path, name: str, command: str, machine: str) -> Dict[str, An
         "greedy_blocks_per_seed": greedy["blocks_delivered_frac"],
         "sampled_success_per_seed": sampled["success_rate"],
         "eval_episodes": summary["eval"]["episodes"],
+        **_block_rates(summary),
     }
+
+
+def _block_rates(summary: Dict[str, Any]) -> Dict[str, Any]:
+    """Each block's delivery rate (share of evaluation episodes, mean over the seeds), greedy
+    and sampled, where the summary has them."""
+    if "block_delivery_rate" not in summary.get("eval_mean_over_seeds", {}):
+        return {}
+    out = {"block_weights": summary["eval"]["block_weights"],
+           "greedy_block_rates": summary["eval_mean_over_seeds"]["block_delivery_rate"]}
+    sampled = summary.get("eval_sampled_per_seed", {}).get("block_delivery_rate")
+    if sampled:
+        out["sampled_block_rates"] = [sum(seed[b] for seed in sampled) / len(sampled) for b in range(len(sampled[0]))]
+    return out
 
 
 def _rates(values: List[float]) -> str:
@@ -87,6 +101,20 @@ def render(results: List[Dict[str, Any]]) -> str:
             f"| {_rates(r['sampled_success_per_seed'])} | {r['env_steps']:.2e} | {r['wall_seconds']:.0f} s "
             f"| {r['steps_per_second']:.2e} | {stopped} | {r['machine']} |"
         )
+    by_block = [r for r in results if "greedy_block_rates" in r]
+    if by_block:
+        lines += [
+            "",
+            "Block by block, for the runs recorded with it: the share of evaluation episodes that "
+            "delivered each block (mean over the seeds), the blocks in the world's order.",
+            "",
+            "| run | block weights | greedy play | sampled play |",
+            "| --- | --- | --- | --- |",
+        ]
+        for r in by_block:
+            sampled = _rates(r["sampled_block_rates"]) if "sampled_block_rates" in r else ""
+            lines.append(f"| {r['name']} | {', '.join(map(str, r['block_weights']))} "
+                         f"| {_rates(r['greedy_block_rates'])} | {sampled} |")
     return "\n".join(lines)
 
 
@@ -102,7 +130,8 @@ def main(argv=None) -> None:
         if not args.name or not args.command:
             parser.error("--add needs --name and --command")
         entry = record(args.add, args.name, args.command, args.machine)
-        results = [r for r in results if r["name"] != args.name] + [entry]
+        names = [r["name"] for r in results]  # a record of the same name keeps its place in the table
+        results = [entry if r["name"] == args.name else r for r in results] if args.name in names else results + [entry]
         RESULTS.write_text(json.dumps(results, indent=2) + "\n")
     sys.path.insert(0, str(Path(__file__).parent))
     from bench_common import write_generated

@@ -135,7 +135,7 @@ def test_later_files_override_earlier_ones(tmp_path):
         ("train.max_seconds=0", "train.max_seconds must be greater than 0, got 0"),
         ("train.max_seconds=soon", "train.max_seconds must be a valid integer, got 'soon'"),
         ("shaping.dense_coef=-0.3", "shaping.dense_coef must be greater than or equal to 0, got -0.3"),
-        ("shaping.reach=closest", "shaping.reach must be 'quorum' or 'nearest', got 'closest'"),
+        ("shaping.reach=closest", "shaping.reach must be 'quorum', 'nearest' or 'focus', got 'closest'"),
     ],
 )
 def test_bad_overrides_say_what_is_wrong(override, message):

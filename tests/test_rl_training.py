@@ -294,8 +294,32 @@ def test_nearest_reach_draws_each_agent_to_its_nearest_left_face():
     # Once every block is delivered the term is 0, like the others.
     done = state.replace(block_alive=jnp.zeros_like(state.block_alive))
     assert float(reach_potential(done, "nearest")) == 0.0
-    with pytest.raises(ValueError, match="reach mode must be one of quorum, nearest, got 'closest'"):
+    with pytest.raises(ValueError, match="reach mode must be one of quorum, nearest, focus, got 'closest'"):
         ShapingWrapper(env, gamma=0.99, reach_weight=1.0, reach="closest")
+
+
+def test_focus_reach_lets_the_heaviest_block_claim_its_quorum_first():
+    from cube_jax.rl.shaping import reach_potential
+
+    # Weight 2 at (5,5) (left face column 4, rows 5-6), weight 1 at (1,3) (face (1,2)), K = 10.
+    # Agent (0,0): 9 from the heavy face, 3 from the light one; (5,2): 2 and 4; (2,2): 5 and 1.
+    scenario = cube_jax.Scenario(grid_size=10, agents=[(0, 0), (5, 2), (2, 2)], blocks=[(5, 5, 2), (1, 3, 1)],
+                                 max_steps=20)
+    state, _ = jax.jit(cube_jax.make(scenario=scenario).reset)(jax.random.PRNGKey(0))
+    # nearest: 3, 2, 1; focus: the heavy block's two nearest agents, (5,2) and (2,2), count 2 and 5.
+    assert float(reach_potential(state, "nearest")) == pytest.approx(-(6 / 3) / 20)
+    assert float(reach_potential(state, "focus")) == pytest.approx(-(10 / 3) / 20)
+    # Equal weights: the lower index is the focus. Two blocks of weight 1: (2,2) is nearest to
+    # the first block's face (1,2), so nothing changes from the nearest form ...
+    light = scenario.__class__(grid_size=10, agents=scenario.agents, blocks=[(1, 3, 1), (5, 5, 1)], max_steps=20)
+    state, _ = jax.jit(cube_jax.make(scenario=light).reset)(jax.random.PRNGKey(0))
+    assert float(reach_potential(state, "focus")) == pytest.approx(float(reach_potential(state, "nearest")))
+    # ... and once the focus block is delivered the next heaviest claims: the light block alone.
+    heavy_gone = jax.jit(cube_jax.make(scenario=scenario).reset)(jax.random.PRNGKey(0))[0]
+    heavy_gone = heavy_gone.replace(block_alive=heavy_gone.block_alive.at[0].set(False))
+    assert float(reach_potential(heavy_gone, "focus")) == pytest.approx(-(3 + 4 + 1) / 3 / 20)
+    done = heavy_gone.replace(block_alive=jnp.zeros_like(heavy_gone.block_alive))
+    assert float(reach_potential(done, "focus")) == 0.0
 
 
 def _many_blocks_env():
@@ -321,7 +345,8 @@ def test_the_batched_potential_is_the_one_state_definition(world):
         states, _ = step(states, jax.random.randint(jax.random.PRNGKey(t), (48, n), 0, 5))
     states = states.replace(block_alive=states.block_alive.at[::3, 0].set(False))  # some blocks delivered
     two_axes = jax.tree.map(lambda x: x.reshape((6, 8) + x.shape[1:]), states)
-    modes = [(0.5, 1.0, "quorum"), (0.0, 1.0, "nearest")] + ([(0.0, 2.0, "quorum")] if world == "n=4" else [])
+    modes = [(0.5, 1.0, "quorum"), (0.0, 1.0, "nearest"), (0.0, 1.0, "focus")] + (
+        [(0.0, 2.0, "quorum")] if world == "n=4" else [])
 
     @jax.jit
     def both(states, two_axes):

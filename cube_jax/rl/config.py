@@ -202,7 +202,8 @@ class ShapingSection(Section):
     reach_weight: NonNegative = Field(0.0, description="weight of the nearest agents' distance to each left face")
     reach: ReachMode = Field(
         "quorum", description="the reach term: 'quorum' (each block's nearest quorum, summed over blocks) or "
-        "'nearest' (each agent's distance to the nearest alive block's left face)",
+        "'nearest' (each agent's distance to the nearest alive block's left face) or 'focus' (as 'nearest', "
+        "except that the heaviest alive block's weight in nearest agents count their distance to its left face)",
     )
     dense_coef: NonNegative = Field(
         0.0, description="scale of a per-step reward phi(s') - align_weight (<= 0, 0 once all is delivered)"

@@ -24,7 +24,14 @@ papers' reward unchanged: the shaping term of a step ``s -> s'`` is
   drawn to the block nearest to it. Summed over blocks (the default, ``"quorum"``), the
   distances of random layouts on a large grid pull every agent towards a point between
   the blocks, where moving towards any one of them costs as much as it gains; the
-  n-curriculum's agents were seen hovering there for whole episodes.
+  n-curriculum's agents were seen hovering there for whole episodes. With
+  ``reach="focus"`` one block claims its quorum first: the focus block is the heaviest
+  alive block (the lowest index among equals), its ``min(w_f, N)`` agents nearest to its
+  left face count their distance to that face, and every other agent its distance to its
+  nearest alive block's left face (the ``"nearest"`` form); the term is minus the mean over
+  the agents, over 2K. A block of weight 3 needs three agents on its left face in the same
+  step, which the nearest form asks of no one: each agent is drawn to whichever block is
+  nearest to it.
 
 Being potential-based, that term changes no advantage once the critic has learned the
 shaped values: ``Q'(s, a) = Q(s, a) - phi(s)``. A seed whose policy never delivers the
@@ -76,7 +83,7 @@ def _alignment(state: State, force: jax.Array) -> jax.Array:
     return jnp.sum(w * share) / jnp.sum(w)
 
 
-REACH_MODES = ("quorum", "nearest")
+REACH_MODES = ("quorum", "nearest", "focus")
 
 
 def _face_distances(state: State) -> jax.Array:
@@ -88,17 +95,27 @@ def _face_distances(state: State) -> jax.Array:
     return jax.vmap(face_distances)(jnp.arange(state.block_pos.shape[0])).astype(jnp.float32)
 
 
-def _reach_nearest(state: State) -> jax.Array:
-    """float32[]: minus the mean over agents of the distance to the nearest alive block's left face / 2K."""
-    return _reach_term(state.grid_size, _face_distances(state), state.block_weight, state.block_alive)
+def _reach_per_agent(state: State, mode: str) -> jax.Array:
+    """float32[]: the "nearest" or "focus" reach term of one state."""
+    return _reach_term(state.grid_size, _face_distances(state), state.block_weight, state.block_alive, mode)
 
 
-def _reach_term(k: int, face, weight, alive, force=None) -> jax.Array:
+def _reach_term(k: int, face, weight, alive, mode: str, force=None) -> jax.Array:
     """float32[*T]: the reach term from every agent's distance to every block's left face
-    ``face`` float32[B, N, *T] and the blocks' weights and alive flags ``[B, *T]``: with the
-    left faces' ``force`` [B, *T] the quorum form, without it the nearest form."""
-    if force is None:
+    ``face`` float32[B, N, *T] and the blocks' weights and alive flags ``[B, *T]``; the
+    quorum form also takes the left faces' ``force`` [B, *T]."""
+    if mode != "quorum":
         nearest = jnp.min(jnp.where(alive[:, None], face, jnp.inf), axis=0)  # [N, *T]; inf once all delivered
+        if mode == "focus":
+            b = face.shape[0]
+            # the heaviest alive block, the lowest index among equals: a score no other block ties
+            order = jnp.arange(b, dtype=jnp.int32).reshape((b,) + (1,) * (weight.ndim - 1))
+            score = jnp.where(alive, weight.astype(jnp.int32) * b + (b - 1 - order), -1)
+            focus = score == jnp.max(score, axis=0)  # [B, *T], one block (none once all are delivered)
+            to_focus = jnp.sum(jnp.where(focus[:, None], face, 0.0), axis=0)  # [N, *T]
+            quorum = jnp.minimum(jnp.sum(jnp.where(focus & alive, weight, 0), axis=0), face.shape[1])  # [*T]
+            claimed = _rank(to_focus, axis=0) < quorum  # the quorum agents nearest to the focus block
+            nearest = jnp.where(claimed, to_focus, nearest)
         return -jnp.mean(jnp.where(jnp.isfinite(nearest), nearest, 0.0), axis=0) / (2 * k)
     w = weight.astype(jnp.float32)
     quorum = jnp.minimum(force, face.shape[1])  # [B, *T]
@@ -129,7 +146,7 @@ def _rank(dist: jax.Array, axis: int = -1) -> jax.Array:
 
 
 def _reach(state: State, force: jax.Array) -> jax.Array:
-    return _reach_term(state.grid_size, _face_distances(state), state.block_weight, state.block_alive, force)
+    return _reach_term(state.grid_size, _face_distances(state), state.block_weight, state.block_alive, "quorum", force)
 
 
 def alignment_potential(state: State) -> jax.Array:
@@ -139,9 +156,11 @@ def alignment_potential(state: State) -> jax.Array:
 
 def reach_potential(state: State, mode: str = "quorum") -> jax.Array:
     """float32[]: in [-1, 0]; ``"quorum"``: minus the weighted distance from each alive block's left
-    face to its nearest quorum; ``"nearest"``: minus each agent's distance to the nearest left face."""
+    face to its nearest quorum; ``"nearest"``: minus each agent's distance to the nearest left face;
+    ``"focus"``: the nearest form, except that the heaviest alive block's quorum of nearest agents
+    count their distance to its left face."""
     _check_reach_mode(mode)
-    return _reach_nearest(state) if mode == "nearest" else _reach(state, _left_face_force(state))
+    return _reach(state, _left_face_force(state)) if mode == "quorum" else _reach_per_agent(state, mode)
 
 
 def _check_reach_mode(mode: str) -> None:
@@ -187,7 +206,7 @@ def _potential_env_last(state: State, align_weight: float, reach_weight: float, 
         # every agent's distance to every block's left face line (DYNAMICS.md cells; walls ignored)
         rows = jnp.maximum(br[:, None] - ar[None], 0) + jnp.maximum(ar[None] - (br + w - 1)[:, None], 0)
         face = (rows + jnp.abs(ac[None] - (bc - 1)[:, None])).astype(f32)  # [B, N, E]
-        phi = phi + reach_weight * _reach_term(k, face, w, alive, force if quorum_reach else None)
+        phi = phi + reach_weight * _reach_term(k, face, w, alive, reach, force)
     return env_first(phi, lead)
 
 
@@ -202,7 +221,7 @@ def potential_of_one_state(state: State, align_weight: float = 0.0, reach_weight
     if align_weight:
         phi = phi + align_weight * _alignment(state, force)
     if reach_weight:
-        phi = phi + reach_weight * (_reach(state, force) if quorum_reach else _reach_nearest(state))
+        phi = phi + reach_weight * (_reach(state, force) if quorum_reach else _reach_per_agent(state, reach))
     return phi
 
 
