@@ -311,7 +311,7 @@ def test_focus_reach_lets_the_heaviest_block_claim_its_quorum_first():
     assert float(reach_potential(state, "focus")) == pytest.approx(-(10 / 3) / 20)
     # Equal weights: the lower index is the focus. Two blocks of weight 1: (2,2) is nearest to
     # the first block's face (1,2), so nothing changes from the nearest form ...
-    light = scenario.__class__(grid_size=10, agents=scenario.agents, blocks=[(1, 3, 1), (5, 5, 1)], max_steps=20)
+    light = cube_jax.Scenario(grid_size=10, agents=scenario.agents, blocks=[(1, 3, 1), (5, 5, 1)], max_steps=20)
     state, _ = jax.jit(cube_jax.make(scenario=light).reset)(jax.random.PRNGKey(0))
     assert float(reach_potential(state, "focus")) == pytest.approx(float(reach_potential(state, "nearest")))
     # ... and once the focus block is delivered the next heaviest claims: the light block alone.

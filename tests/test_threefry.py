@@ -39,7 +39,7 @@ def test_split_and_bits_are_jax_random_bit_for_bit(pairs):
         np.testing.assert_array_equal(np.asarray(ours), np.asarray(theirs))
 
 
-def test_one_key_unbatched_and_a_reset_keep_their_episode():
+def test_one_key_unbatched_and_no_loop_left():
     key = jax.random.PRNGKey(7)
     np.testing.assert_array_equal(threefry.split(key), jax.random.split(key))
     np.testing.assert_array_equal(threefry.bits(key, 400), jax.random.bits(key, (400,), jnp.uint32))
@@ -47,7 +47,7 @@ def test_one_key_unbatched_and_a_reset_keep_their_episode():
     assert "while" not in jax.jit(threefry.split).lower(key).as_text()
 
 
-def test_other_settings_fall_back_to_jax_random(monkeypatch):
+def test_other_settings_fall_back_to_jax_random():
     key = jax.random.PRNGKey(3)
     with jax.threefry_partitionable(False):
         assert not threefry._native()

@@ -101,9 +101,9 @@ def _valid_top_left(occupied: jax.Array, w: jax.Array) -> jax.Array:
 #
 # Random words: the first round of every block (and the agents' rows) comes from a single
 # ``jax.random.bits`` draw (``threefry.bits``, the same words without the loop that each call
-# of JAX's counter-based generator costs on CPU). A 16-bit half of a word becomes a value below S by multiply-and-shift;
-# the few values that would make that biased are discarded like any rejected candidate
-# (see _uniform_below), so candidates are exactly uniform.
+# of JAX's counter-based generator costs on CPU). A 16-bit half of a word becomes a value
+# below S by multiply-and-shift; the few values that would make that biased are discarded
+# like any rejected candidate (see _uniform_below), so candidates are exactly uniform.
 REJECTION_ROUNDS = 4
 MAX_CANDIDATES = 32
 ROUND_FAILURE = 1e-4

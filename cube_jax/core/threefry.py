@@ -47,21 +47,24 @@ def _native() -> bool:
     return bool(jax.config.jax_threefry_partitionable) and jax.config.jax_default_prng_impl == "threefry2x32"
 
 
+def _hash_counts(key: jax.Array, count: int):
+    """The hash of the counters 0 .. count-1 (high words 0) under a raw key, as JAX's generator
+    draws them for both ``split`` and ``bits``."""
+    key = jnp.asarray(key, jnp.uint32)
+    counts = jnp.arange(count, dtype=jnp.uint32)
+    return hash2x32(key[0], key[1], jnp.zeros_like(counts), counts)
+
+
 def split(key: jax.Array, num: int = 2) -> jax.Array:
     """uint32[num, 2]: ``jax.random.split(key, num)`` of a raw key uint32[2]."""
     if not _native():
         return jax.random.split(key, num)
-    key = jnp.asarray(key, jnp.uint32)
-    counts = jnp.arange(num, dtype=jnp.uint32)
-    b1, b2 = hash2x32(key[0], key[1], jnp.zeros_like(counts), counts)
-    return jnp.stack([b1, b2], axis=-1)
+    return jnp.stack(_hash_counts(key, num), axis=-1)
 
 
 def bits(key: jax.Array, count: int) -> jax.Array:
     """uint32[count]: ``jax.random.bits(key, (count,), jnp.uint32)`` of a raw key uint32[2]."""
     if not _native():
         return jax.random.bits(key, (count,), jnp.uint32)
-    key = jnp.asarray(key, jnp.uint32)
-    counts = jnp.arange(count, dtype=jnp.uint32)
-    b1, b2 = hash2x32(key[0], key[1], jnp.zeros_like(counts), counts)
+    b1, b2 = _hash_counts(key, count)
     return b1 ^ b2
