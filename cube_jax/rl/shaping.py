@@ -111,9 +111,9 @@ def _reach_term(k: int, face, weight, alive, mode: str, force=None) -> jax.Array
             # the heaviest alive block, the lowest index among equals: a score no other block ties
             order = jnp.arange(b, dtype=jnp.int32).reshape((b,) + (1,) * (weight.ndim - 1))
             score = jnp.where(alive, weight.astype(jnp.int32) * b + (b - 1 - order), -1)
-            focus = score == jnp.max(score, axis=0)  # [B, *T], one block (none once all are delivered)
+            focus = alive & (score == jnp.max(score, axis=0))  # [B, *T], one block (none once all are delivered)
             to_focus = jnp.sum(jnp.where(focus[:, None], face, 0.0), axis=0)  # [N, *T]
-            quorum = jnp.minimum(jnp.sum(jnp.where(focus & alive, weight, 0), axis=0), face.shape[1])  # [*T]
+            quorum = jnp.minimum(jnp.sum(jnp.where(focus, weight, 0), axis=0), face.shape[1])  # [*T]
             claimed = _rank(to_focus, axis=0) < quorum  # the quorum agents nearest to the focus block
             nearest = jnp.where(claimed, to_focus, nearest)
         return -jnp.mean(jnp.where(jnp.isfinite(nearest), nearest, 0.0), axis=0) / (2 * k)
