@@ -4,6 +4,7 @@
     python benchmarks/rl_seeds.py --worlds n2,n3 --budget n3=20000000
     python benchmarks/rl_seeds.py --algos pqn_vdn --worlds easy --budget easy=2000000   # its preset's budget
     python benchmarks/rl_seeds.py --algos ippo_rnn --worlds n2 --budget n2=15000000       # GRU actor and critic
+    python benchmarks/rl_seeds.py --worlds n3 --algos ippo --set train.ent_coef_final=0   # a variant of the recipe
     python benchmarks/rl_seeds.py --quick                         # a tiny smoke run into runs/rl_seeds-quick
     python benchmarks/rl_seeds.py --render-only --doc             # figures and doc table from the JSON alone
 
@@ -14,6 +15,8 @@ every seed trains as long as every other and the learning curves line up. Each r
 its run folder (``<out>/<algo>-<world>/``, with its log beside it); a finished folder whose
 config matches is reused, an unfinished one resumes from its checkpoint, and a run stopped
 by the stall guard (``baselines/launch.py``) resumes with XLA's CPU thread pool switched off.
+``--set KEY=VALUE`` adds a config override to every run: a variant of the recipe, whose runs,
+rows and curves are kept apart from the plain ones (its folder is ``<algo>-<world>+KEY=VALUE``).
 
 The scores are the driver's final evaluation (``eval_per_seed`` in ``summary.json``):
 greedy play, ``eval.episodes`` (128) episodes, the papers' reward, from keys that depend
@@ -112,6 +115,9 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
                         f"--quick: {QUICK_SEEDS})")
     parser.add_argument("--budget", action="append", default=[], metavar="WORLD=STEPS",
                         help="env steps per seed for a world, e.g. hard=5000000 (repeatable)")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="sets",
+                        help="a config override of every run, e.g. train.ent_coef_final=0 (repeatable): a variant, "
+                        "reported in rows of its own")
     parser.add_argument("--quick", action="store_true", help="a tiny smoke run (the test suite's budget)")
     parser.add_argument("--out", type=Path, default=None, help=f"the run folders (default {DEFAULT_OUT.relative_to(ROOT)}; "
                         f"--quick: {QUICK_OUT.relative_to(ROOT)})")
@@ -133,6 +139,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
             parser.error(f"--budget {text!r}: world {world!r} is not among --worlds ({','.join(args.worlds)})")
         budgets[world] = steps
     args.budgets = budgets
+    args.sets = _sets(parser, args.sets)
     if args.quick and args.doc:
         parser.error("--doc: a --quick run is a smoke run; its figures do not go into the docs")
     if args.doc and args.json is not None and args.json.resolve() != (ROOT / JSON_REL).resolve():
@@ -160,6 +167,33 @@ def _names(parser, flag: str, text: Optional[str], default: Sequence[str], known
         if name not in known:
             parser.error(f"{flag}: unknown name {name!r}; choose from {', '.join(known)}")
     return list(dict.fromkeys(names))
+
+
+# Keys the script sets itself, and the flag that chooses each instead of --set.
+OWN_KEYS = {"num_seeds": "--seeds", "train.total_timesteps": "--budget", "train.target_success": None,
+            "env.n": "--worlds", "env.scenario": "--worlds"}
+
+
+def _sets(parser, texts: Sequence[str]) -> tuple:
+    """``--set`` overrides, checked for form and for keys the script owns; their order kept."""
+    from cube_jax.rl.config import ConfigError, parse_override
+
+    out = []
+    for text in texts:
+        try:
+            key, _ = parse_override(text)
+        except ConfigError as err:
+            parser.error(f"--set {text!r}: {err}")
+        if key.startswith("output."):
+            parser.error(f"--set {text!r}: the script chooses the run's outputs (output.*); use --out")
+        if key in OWN_KEYS:
+            flag = OWN_KEYS[key]
+            parser.error(f"--set {text!r}: {key} is set by this script"
+                         + (f"; choose it with {flag}" if flag else " (every seed trains for the whole budget)"))
+        if "/" in text:
+            parser.error(f"--set {text!r}: the value names the run's folder and cannot hold '/'")
+        out.append(text.strip())
+    return tuple(dict.fromkeys(out))
 
 
 def _budget(parser, text: str):
@@ -211,6 +245,7 @@ class Plan:
     run_dir: Path
     config: Dict[str, Any]  # the config the run will have (config.yaml), output section aside
     quick: bool
+    variant: tuple = ()  # the --set overrides
 
     @property
     def command(self) -> str:
@@ -220,20 +255,23 @@ class Plan:
 def _plan(parser, algo: str, world: str, args) -> Plan:
     from cube_jax.rl.config import ConfigError
 
-    name = f"{algo}-{world}"
+    name = f"{algo}-{world}" + "".join(f"+{text}" for text in args.sets)
     presets = list(WORLDS[world].presets)
     overrides = list(WORLDS[world].overrides) + [f"num_seeds={args.seeds}", "train.target_success=null", f"train.total_timesteps={args.budgets[world]}",
                   f"output.root={_shown(args.out)}", f"output.name={name}"]  # the driver runs in ROOT
+    overrides += list(args.sets)
     if args.quick:
         overrides += list(QUICK_OVERRIDES)
     try:
         config = _build(algo, presets, overrides)
     except ConfigError as err:
-        flag = f"--budget {world}={args.budgets[world]}" if "total_timesteps" in str(err) else f"--worlds {world}"
+        named = [text for text in args.sets if text.partition("=")[0].strip() in str(err)]
+        flag = (f"--set {named[0]}" if named else f"--budget {world}={args.budgets[world]}"
+                if "total_timesteps" in str(err) else f"--worlds {world}")
         parser.error(f"{flag}: {algo} cannot run it: {err}")
     driver_args = [a for p in presets for a in ("--preset", p)] + overrides
     return Plan(algo, world, args.budgets[world], driver_args, args.out / name,
-                _comparable(config.model_dump()), args.quick)
+                _comparable(config.model_dump()), args.quick, tuple(args.sets))
 
 
 def _comparable(config: Dict[str, Any]) -> Dict[str, Any]:
@@ -244,7 +282,7 @@ def run(plan: Plan, number: str) -> Dict[str, Any]:
     """Trains ``plan`` (or reuses its finished run folder) and returns its summary.json."""
     summary_path = plan.run_dir / "summary.json"
     log_path = plan.run_dir.parent / f"{plan.run_dir.name}.log"
-    what = f"[{number}] {plan.algo} on {plan.world}"
+    what = f"[{number}] {plan.algo} on {plan.world}" + "".join(f" +{t}" for t in plan.variant)
     found = _existing(plan, what)
     if found == "finished":
         print(f"{what}: reusing the finished run {_shown(plan.run_dir)}", flush=True)
@@ -351,6 +389,7 @@ def record(plan: Plan, summary: Dict[str, Any]) -> Dict[str, Any]:
     return {
         "algo": plan.algo,
         "world": plan.world,
+        "variant": list(plan.variant),
         "command": plan.command,
         "run_dir": _shown(plan.run_dir),
         "num_seeds": seeds,
@@ -405,10 +444,10 @@ def summarise(records: List[Dict[str, Any]], seed: int = 0) -> Dict[str, Any]:
 
     runs = [dict(r, **statistics([r], seed)) for r in records]
     aggregates = []
-    for algo in dict.fromkeys(r["algo"] for r in runs):
-        mine = [r for r in runs if r["algo"] == algo]
+    for algo, variant in dict.fromkeys((r["algo"], _variant(r)) for r in runs):
+        mine = [r for r in runs if (r["algo"], _variant(r)) == (algo, variant)]
         if len(mine) > 1:
-            aggregates.append({"algo": algo, "worlds": [r["world"] for r in mine],
+            aggregates.append({"algo": algo, "variant": list(variant), "worlds": [r["world"] for r in mine],
                                "num_seeds": sum(r["num_seeds"] for r in mine),
                                "wall_seconds": round(sum(r["wall_seconds"] for r in mine), 2),
                                **statistics(mine, seed)})
@@ -432,19 +471,35 @@ def statistics(records: List[Dict[str, Any]], seed: int = 0) -> Dict[str, Any]:
     return out
 
 
+def _variant(run: Dict[str, Any]) -> tuple:
+    """A run's --set overrides (none in runs recorded before the option existed)."""
+    return tuple(run.get("variant") or ())
+
+
+def _key(run: Dict[str, Any]) -> tuple:
+    return run["algo"], run["world"], _variant(run)
+
+
 def merged(previous: Optional[Dict[str, Any]], records: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
-    """The runs of the earlier JSON not measured again, then the new ones, in world then algorithm order."""
-    fresh = {(r["algo"], r["world"]) for r in records}
-    kept = [r for r in (previous or {}).get("runs", []) if (r["algo"], r["world"]) not in fresh]
+    """The runs of the earlier JSON not measured again, then the new ones, in world then
+    algorithm order (a variant after its plain run)."""
+    fresh = {_key(r) for r in records}
+    kept = [r for r in (previous or {}).get("runs", []) if _key(r) not in fresh]
     kept = [{k: v for k, v in r.items() if k not in ("seeds_at_target", *METRICS)} for r in kept]
     order = {name: i for i, name in enumerate(WORLDS)}
     algos = {name: i for i, name in enumerate(ALGOS)}
-    return sorted(kept + records, key=lambda r: (order.get(r["world"], 99), algos.get(r["algo"], 99)))
+    return sorted(kept + records, key=lambda r: (order.get(r["world"], 99), algos.get(r["algo"], 99), _variant(r)))
 
 
 # --- the table and the figures --------------------------------------------------------------------------
 def _interval(stats: Dict[str, float], what: str) -> str:
     return f"{stats[what]:.2f} [{stats[what + '_low']:.2f}, {stats[what + '_high']:.2f}]"
+
+
+def _algo_label(run: Dict[str, Any]) -> str:
+    """IPPO, MAPPO-RNN, ...; a variant names its overrides: IPPO (train.ent_coef_final=0)."""
+    name = run["algo"].upper().replace("_", "-")
+    return f"{name} ({', '.join(_variant(run))})" if _variant(run) else name
 
 
 def _world_label(name: str) -> str:
@@ -469,10 +524,10 @@ def render(data: Dict[str, Any]) -> str:
                "greedy success: IQM [95% CI]", "blocks delivered: mean [95% CI]", "blocks delivered: IQM [95% CI]",
                f"seeds >= {data['target']}", "greedy success per seed", "sampled success per seed", "wall (all seeds)"]
     lines = ["| " + " | ".join(columns) + " |", "|" + " --- |" * len(columns)]
-    runs_of = {(r["algo"], r["world"]): r for r in data["runs"]}
+    runs_of = {_key(r): r for r in data["runs"]}
     for r in data["runs"] + data["aggregates"]:
         if "worlds" in r:  # an algorithm over several worlds
-            mine = [runs_of[(r["algo"], w)] for w in r["worlds"]]
+            mine = [runs_of[(r["algo"], w, _variant(r))] for w in r["worlds"]]
             world = "all: " + ", ".join(_world_label(w) for w in r["worlds"]) + " (stratified)"
             seeds = " + ".join(str(m["num_seeds"]) for m in mine)
             steps = ", ".join(f"{m['env_steps_per_seed']:.2e}" for m in mine)
@@ -480,7 +535,7 @@ def render(data: Dict[str, Any]) -> str:
         else:
             world, seeds, steps = _world_label(r["world"]), str(r["num_seeds"]), f"{r['env_steps_per_seed']:.2e}"
             greedy, sampled = _rates(r["greedy_success_per_seed"]), _rates(r.get("sampled_success_per_seed"))
-        cells = [r["algo"].upper().replace("_", "-"), world, seeds, steps,
+        cells = [_algo_label(r), world, seeds, steps,
                  _interval(r["success"], "mean"), _interval(r["success"], "iqm"),
                  _interval(r["blocks"], "mean"), _interval(r["blocks"], "iqm"),
                  f"{r['seeds_at_target']} / {r['num_seeds']}", greedy, sampled, f"{r['wall_seconds']:.0f} s"]
@@ -512,7 +567,7 @@ def plot_curves(data: Dict[str, Any], folder: Path) -> List[Path]:
                                             ("blocks", "training blocks delivered"))):
             for i, r in enumerate(runs):
                 x, curve = r["curve"]["env_steps_per_seed"], r["curve"][name]
-                label = f"{r['algo'].upper().replace('_', '-')} ({r['num_seeds']} seeds)"
+                label = f"{_algo_label(r)}, {r['num_seeds']} seeds"
                 ax.plot(x, curve["mean"], color=f"C{i}", label=label)
                 ax.fill_between(x, curve["low"], curve["high"], color=f"C{i}", alpha=0.25, linewidth=0)
             ax.set_ylim(-0.02, 1.02)
@@ -545,7 +600,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                 summary = run(plan, f"{i}/{len(args.plans)}")
             except RunFailed as err:
                 print(str(err), file=sys.stderr, flush=True)
-                failed.append(f"{plan.algo} on {plan.world}")
+                failed.append(f"{plan.algo} on {plan.world}" + "".join(f" +{t}" for t in plan.variant))
                 continue
             records.append(record(plan, summary))
         print(f"{len(records)} of {len(args.plans)} runs in {time.perf_counter() - start:.0f} s", flush=True)

@@ -28,7 +28,7 @@ EXPECTED = {
     "docs/analytics.md": {"benchmarks/analytics_planners.py", "benchmarks/analytics_speed.py"},
     "docs/browser.md": {"benchmarks/web_browser.py"},
     "docs/performance.md": {"benchmarks/throughput.py", "benchmarks/profile_parts.py"},
-    "docs/baselines.md": {"benchmarks/baselines_report.py", "benchmarks/rl_seeds.py"},
+    "docs/baselines.md": {"benchmarks/baselines_report.py", "benchmarks/rl_seeds.py", "benchmarks/greedy_failures.py"},
 }
 
 

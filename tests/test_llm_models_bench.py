@@ -3,26 +3,18 @@ server (any OpenAI-compatible server redoes the table): every cell is played on 
 seeds, summarised with intervals, rendered, and resumed without being played again."""
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
-from pathlib import Path
 
 import pytest
 
 from tests.fake_openai import FakeOpenAI
+from tests.bench_scripts import load_benchmark
 from tests.sound_model import responder
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
 def bench():
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    spec = importlib.util.spec_from_file_location("llm_models_bench", ROOT / "benchmarks" / "llm_models.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("llm_models", "llm_models_bench")
 
 
 def test_the_table_of_a_server_covers_every_cell_on_the_same_seeds(bench, tmp_path, capsys):

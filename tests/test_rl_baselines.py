@@ -129,6 +129,37 @@ def test_ippo_script_writes_the_run_folder(ippo_run):
 
 
 @pytest.mark.slow
+def test_greedy_failures_reads_every_seed_of_a_run_and_agrees_with_the_evaluation(ippo_run, tmp_path):
+    # benchmarks/greedy_failures.py on the run folder: every seed's greedy success is what the
+    # evaluation module's rollout gives on the same layouts, and its failures are split in two
+    from cube_jax.evaluation import rollout
+    from cube_jax.evaluation.batched import episode_keys
+    from cube_jax.rl.checkpoint import restore_runner
+    from cube_jax.rl.config import build
+    from cube_jax.rl.policy import ActorPolicy
+    from cube_jax.rl.run import Session
+    from tests.bench_scripts import load_benchmark
+
+    gf = load_benchmark("greedy_failures")
+    out = tmp_path / "failures.json"
+    assert gf.main([str(ippo_run), "--episodes", "6", "--json", str(out)]) == 0
+    data = json.loads(out.read_text())
+    (run,) = data["runs"]
+    assert (run["algo"], run["recurrent"], len(run["seeds"])) == ("ippo", False, 4)
+    assert (tmp_path / "failures.png").read_bytes()[:4] == b"\x89PNG"
+    session = Session(build("ippo", overrides=[f"output.resume={ippo_run}"]))
+    params = session.trainer.policy_params(restore_runner(ippo_run / "checkpoint", session.abstract))
+    keys = episode_keys(gf.EVAL_SEED, 6)
+    env = session.trainer.env
+    for i, seed in enumerate(run["seeds"]):
+        policy = ActorPolicy(session.trainer.actor, jax.tree.map(lambda x: x[i], params), env.cfg)
+        stats, _ = rollout(env, policy, keys)
+        assert seed["greedy_success"] == pytest.approx(float(np.mean(stats.success)))
+        assert seed["failed"] == 6 - int(np.sum(stats.success)) == seed["frozen"] + seed["moving"]
+        assert 0.0 <= seed["sampled_success"] <= 1.0
+
+
+@pytest.mark.slow
 def test_the_last_line_names_the_reported_seed_and_shows_every_seed(ippo_run):
     summary = json.loads((ippo_run / "summary.json").read_text())
     last = (ippo_run.parent / "ippo-tiny.stdout").read_text().splitlines()[-1]

@@ -26,7 +26,7 @@ def test_schema_defaults_are_the_documented_ones():
     assert defaults["train"] == {
         "num_envs": 64, "num_steps": 32, "total_timesteps": 2_000_000, "update_epochs": 4, "num_minibatches": 4,
         "lr": 2.5e-3, "anneal_lr": True, "gamma": 0.99, "gae_lambda": 0.95, "clip_eps": 0.2, "ent_coef": 0.01,
-        "vf_coef": 0.5, "max_grad_norm": 0.5, "num_devices": 0, "updates_per_call": 10, "stall_seconds": 120,
+        "ent_coef_final": None, "vf_coef": 0.5, "max_grad_norm": 0.5, "num_devices": 0, "updates_per_call": 10, "stall_seconds": 120,
         "stagger_start": True, "target_success": 0.9, "target_check_every": 5, "max_seconds": None,
     }
     assert defaults["env"] == {"scenario": "easy", "n": None, "observation": "vector", "view_radius": 3,
@@ -134,6 +134,8 @@ def test_later_files_override_earlier_ones(tmp_path):
         ("train.target_check_every=0", "train.target_check_every must be greater than 0, got 0"),
         ("train.max_seconds=0", "train.max_seconds must be greater than 0, got 0"),
         ("train.max_seconds=soon", "train.max_seconds must be a valid integer, got 'soon'"),
+        ("train.ent_coef_final=-0.01", "train.ent_coef_final must be greater than or equal to 0, got -0.01"),
+        ("train.ent_coef_final=none", "train.ent_coef_final must be a valid number, got 'none'"),
         ("shaping.dense_coef=-0.3", "shaping.dense_coef must be greater than or equal to 0, got -0.3"),
         ("shaping.reach=closest", "shaping.reach must be 'quorum', 'nearest' or 'focus', got 'closest'"),
     ],

@@ -2,7 +2,6 @@
 rendered from its JSON, the command line's refusals, and one tiny run end to end."""
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -13,19 +12,12 @@ import pytest
 import yaml
 
 from cube_jax.analytics.intervals import bootstrap_ci, iqm, iqm_ci, iqm_cis
+from tests.bench_scripts import load_benchmark
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _load_rl_seeds():
-    spec = importlib.util.spec_from_file_location("rl_seeds", ROOT / "benchmarks" / "rl_seeds.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-rl_seeds = _load_rl_seeds()
+rl_seeds = load_benchmark("rl_seeds")
 
 
 # --- the interquartile mean -----------------------------------------------------------------------
@@ -161,6 +153,15 @@ def test_a_new_measurement_replaces_its_own_run_and_keeps_the_others():
     (["--worlds", "easy", "--budget", "hard=5000000"], "--budget 'hard=5000000': world 'hard' is not among --worlds"),
     (["--worlds", "easy", "--algos", "ippo", "--budget", "easy=100"], "--budget easy=100: ippo cannot run it"),
     (["--quick", "--doc"], "--doc: a --quick run is a smoke run"),
+    (["--set", "train.ent_coef_final"], "--set 'train.ent_coef_final': override 'train.ent_coef_final': expected key=value"),
+    (["--set", "num_seeds=3"], "--set 'num_seeds=3': num_seeds is set by this script; choose it with --seeds"),
+    (["--set", "env.n=4"], "--set 'env.n=4': env.n is set by this script; choose it with --worlds"),
+    (["--set", "train.target_success=0.8"], "train.target_success is set by this script (every seed trains"),
+    (["--set", "output.root=/tmp"], "--set 'output.root=/tmp': the script chooses the run's outputs"),
+    (["--algos", "ippo", "--set", "train.ent_coef_final=-1"],
+     "--set train.ent_coef_final=-1: ippo cannot run it: override 'train.ent_coef_final=-1': train.ent_coef_final "
+     "must be greater than or equal to 0"),
+    (["--algos", "ippo", "--set", "train.entropy=0"], "--set train.entropy=0: ippo cannot run it"),
 ])
 def test_bad_input_exits_naming_the_argument(argv, message, capsys):
     with pytest.raises(SystemExit) as stop:
@@ -195,6 +196,29 @@ def test_the_recurrent_agents_run_through_their_own_scripts(tmp_path):
         assert plan.config["algo"] == algo and plan.config["network"]["recurrent"] is True
         assert plan.config["env"]["n"] == 2 and plan.config["shaping"]["reach"] == "nearest"  # the world's preset
     assert ippo.run_dir == tmp_path / "ippo_rnn-n2"
+
+
+def test_a_variant_adds_its_overrides_and_keeps_its_runs_apart(tmp_path):
+    tmp_path = tmp_path.resolve()
+    (plan,) = rl_seeds.parse_args(["--worlds", "n3", "--algos", "ippo", "--set", "train.ent_coef_final=0",
+                                   "--out", str(tmp_path)]).plans
+    assert plan.command == ("python baselines/ippo.py --preset curriculum env.n=3 num_seeds=10 "
+                            f"train.target_success=null train.total_timesteps=30000000 output.root={tmp_path} "
+                            "output.name=ippo-n3+train.ent_coef_final=0 train.ent_coef_final=0")
+    assert plan.config["train"]["ent_coef_final"] == 0.0 and plan.variant == ("train.ent_coef_final=0",)
+    assert plan.run_dir == tmp_path / "ippo-n3+train.ent_coef_final=0"
+    # rows: the variant beside the plain run, each replaced only by a measurement of its own
+    plain = _run("ippo", "n3", [0.5, 0.5], [0.8, 0.8])
+    variant = dict(_run("ippo", "n3", [0.9, 0.7], [0.9, 0.9]), variant=["train.ent_coef_final=0"])
+    runs = rl_seeds.merged(rl_seeds.summarise([plain, dict(variant, greedy_success_per_seed=[0.0, 0.0])]), [variant])
+    assert [(r["algo"], r.get("variant")) for r in runs] == [("ippo", None), ("ippo", ["train.ent_coef_final=0"])]
+    assert runs[0]["greedy_success_per_seed"] == [0.5, 0.5] and runs[1]["greedy_success_per_seed"] == [0.9, 0.7]
+    data = rl_seeds.summarise(runs + [dict(variant, world="n2")])
+    (agg,) = data["aggregates"]  # the variant over n2 and n3; the plain run has one world only
+    assert agg["variant"] == ["train.ent_coef_final=0"] and agg["worlds"] == ["n3", "n2"] and agg["num_seeds"] == 4
+    lines = rl_seeds.render(data).splitlines()
+    assert lines[2].startswith("| IPPO | n = 3 | 2 |") and lines[3].startswith("| IPPO (train.ent_coef_final=0) | n = 3 |")
+    assert lines[5].startswith("| IPPO (train.ent_coef_final=0) | all: n = 3, n = 2 (stratified) | 2 + 2 |")
 
 
 def _finished_run(tmp_path, edit):

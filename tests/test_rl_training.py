@@ -467,6 +467,31 @@ def test_learning_rate_anneals_over_the_budget():
     assert float(flat.learning_rate(jnp.int32(2), 3)) == pytest.approx(0.01)
 
 
+def test_entropy_coefficient_anneals_to_its_final_value_when_set():
+    ppo = PPO(C.build("ippo", overrides=TINY + ["train.ent_coef=0.06", "train.ent_coef_final=0.003"]))
+    coefs = [float(ppo.entropy_coef(jnp.int32(u), ppo.num_updates)) for u in range(5)]
+    np.testing.assert_allclose(coefs, [0.06, 0.041, 0.022, 0.003, 0.003], rtol=1e-5)
+    assert float(ppo.entropy_coef(jnp.int32(3), jnp.int32(6))) == pytest.approx(0.0315)  # a resumed, longer horizon
+    flat = PPO(C.build("ippo", overrides=TINY + ["train.ent_coef=0.06"]))
+    assert [float(flat.entropy_coef(jnp.int32(u), 3)) for u in (0, 2)] == pytest.approx([0.06, 0.06])
+
+
+def test_the_loss_weighs_the_entropy_by_the_annealed_coefficient():
+    """One update's parameters are those of a run whose constant ent_coef is the schedule's
+    value at that update: the schedule reaches the loss, and nothing else changes."""
+    common = TINY + ["train.ent_coef=0.2", "train.update_epochs=1"]
+    annealed = PPO(C.build("ippo", overrides=common + ["train.ent_coef_final=0.0"]))
+    runner = jax.jit(annealed.init)(jax.random.PRNGKey(0))
+    runner = runner.replace(update=jnp.int32(2))  # two of three updates done: coefficient 0.2 / 3
+    constant = PPO(C.build("ippo", overrides=common + [f"train.ent_coef={0.2 / 3!r}"]))
+    zero = PPO(C.build("ippo", overrides=common + ["train.ent_coef=0.0"]))
+    (a, metrics), (b, _), (c, _) = (jax.jit(p.update)(runner) for p in (annealed, constant, zero))
+    assert float(metrics["ent_coef"]) == pytest.approx(0.2 / 3)
+    for x, y in zip(jax.tree.leaves(a.params), jax.tree.leaves(b.params)):
+        np.testing.assert_allclose(x, y, rtol=1e-5, atol=1e-7)
+    assert any(not np.allclose(x, y) for x, y in zip(jax.tree.leaves(a.params), jax.tree.leaves(c.params)))
+
+
 class CountingTrainer:
     """A trainer that learns nothing: its training success is updates / budget and its
     "policy" is one number drawn at init, which is also its evaluated success rate. The

@@ -139,6 +139,10 @@ class TrainSection(Section):
     gae_lambda: Fraction = Field(0.95, description="PPO only")
     clip_eps: NonNegative = Field(0.2, description="PPO only")
     ent_coef: NonNegative = Field(0.01, description="PPO only")
+    ent_coef_final: Optional[NonNegative] = Field(
+        None, description="PPO only: the entropy coefficient falls linearly from ent_coef to this value over "
+        "the budget, as the learning rate does with anneal_lr (null: ent_coef throughout)",
+    )
     vf_coef: NonNegative = Field(0.5, description="PPO only")
     max_grad_norm: NonNegative = Field(0.5, description="PPO only")
     num_devices: NonNegativeInt = Field(0, description="devices in the env-batch mesh; 0: every visible device")

@@ -218,6 +218,15 @@ class PPO:
             return jnp.float32(t.lr)
         return t.lr * jnp.maximum(1.0 - updates_done.astype(jnp.float32) / num_updates, 0.0)
 
+    def entropy_coef(self, updates_done: jax.Array, num_updates: jax.Array) -> jax.Array:
+        """float32[]: ``ent_coef``, or with ``ent_coef_final`` set, linearly from ``ent_coef``
+        to it over ``num_updates`` (the learning rate's horizon)."""
+        t = self.train_cfg
+        if t.ent_coef_final is None:
+            return jnp.float32(t.ent_coef)
+        progress = jnp.minimum(updates_done.astype(jnp.float32) / num_updates, 1.0)
+        return jnp.float32(t.ent_coef) + (t.ent_coef_final - t.ent_coef) * progress
+
     # -- pieces ---------------------------------------------------------------------------------
     def critic_inputs(self, env_state, obs: jax.Array) -> jax.Array:
         """float32[E, N, C] for the current (post-reset) states of a batch."""
@@ -380,7 +389,7 @@ class PPO:
         critic_in = obs if self.critic_reads_obs else batch["critic_columns"]
         return self.actor.columns(params["actor"], obs), self.critic.columns(params["critic"], critic_in), 0
 
-    def _loss(self, params, batch: Dict[str, jax.Array]):
+    def _loss(self, params, batch: Dict[str, jax.Array], ent_coef: jax.Array):
         t = self.train_cfg
         logits, value, axis = self._replay_minibatch(params, batch)
         log_prob, entropy = policy_terms(logits, batch["action"], axis)
@@ -397,7 +406,7 @@ class PPO:
             jnp.minimum(ratio * adv, jnp.clip(ratio, 1.0 - t.clip_eps, 1.0 + t.clip_eps) * adv)
         )
         entropy = jnp.mean(entropy)
-        total = policy_loss + t.vf_coef * value_loss - t.ent_coef * entropy
+        total = policy_loss + t.vf_coef * value_loss - ent_coef * entropy
         stats = {
             "policy_loss": policy_loss,
             "value_loss": value_loss,
@@ -407,9 +416,10 @@ class PPO:
         }
         return total, stats
 
-    def _minibatch_step(self, carry, batch, lr):
+    def _minibatch_step(self, carry, batch, coefs):
+        lr, ent_coef = coefs
         params, opt_state = carry
-        grads, stats = jax.grad(self._loss, has_aux=True)(params, batch)
+        grads, stats = jax.grad(self._loss, has_aux=True)(params, batch, ent_coef)
         updates, opt_state = self.optimizer.update(grads, opt_state, params)
         updates = jax.tree.map(lambda u: -lr * u, updates)
         return (optax.apply_updates(params, updates), opt_state), stats
@@ -440,9 +450,9 @@ class PPO:
         steps = {k: split(v, 1) for k, v in samples.items() if k != "hidden"}  # time-major [T, E, N, ...]
         return {**steps, "hidden": jax.tree.map(lambda x: split(x, 0), samples["hidden"])}  # [E, N, H]
 
-    def _epoch(self, carry, key, samples, lr):
+    def _epoch(self, carry, key, samples, coefs):
         minibatches = self.minibatches(key, samples)
-        return jax.lax.scan(lambda c, b: self._minibatch_step(c, b, lr), carry, minibatches)
+        return jax.lax.scan(lambda c, b: self._minibatch_step(c, b, coefs), carry, minibatches)
 
     def collect(self, runner: Runner) -> Tuple[Runner, Transition, Dict[str, Any]]:
         """A rollout of num_steps and its GAE: ``(runner, trajectory [T, E, ...], samples)``.
@@ -491,12 +501,15 @@ class PPO:
         """
         num_updates = self.num_updates if num_updates is None else num_updates
         lr = self.learning_rate(runner.update, num_updates)
+        ent_coef = self.entropy_coef(runner.update, num_updates)
         runner, traj, samples = self.collect(runner)
-        key, params, opt_state, stats = run_epochs(self._epoch, runner, samples, lr, self.train_cfg.update_epochs)
+        key, params, opt_state, stats = run_epochs(self._epoch, runner, samples, (lr, ent_coef),
+                                                   self.train_cfg.update_epochs)
         metrics = {
             **episode_metrics(traj.episode, self.env.num_blocks),
             "reward_mean": traj.reward.mean(),
             "lr": lr,
+            "ent_coef": ent_coef,
             **jax.tree.map(jnp.mean, stats),
         }
         runner = runner.replace(params=params, opt_state=opt_state, key=key, update=runner.update + 1)

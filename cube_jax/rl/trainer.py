@@ -124,13 +124,15 @@ def shuffle_indices(key: jax.Array, n: int) -> jax.Array:
     return _unmix(words, keys).astype(jnp.int32)
 
 
-def run_epochs(epoch, runner, samples, lr, count: int):
-    """``count`` passes of ``epoch(carry, key, samples, lr)`` over one rollout's samples,
+def run_epochs(epoch, runner, samples, schedule, count: int):
+    """``count`` passes of ``epoch(carry, key, samples, schedule)`` over one rollout's samples,
     from the runner's ``(params, opt_state)``, each with a key of its own split from
-    ``runner.key``: ``(next runner key, params, opt_state, stats [count, ...])``."""
+    ``runner.key``: ``(next runner key, params, opt_state, stats [count, ...])``.
+    ``schedule`` is this update's annealed values (a learning rate, or a tuple of values),
+    passed through unchanged."""
     key, k_epochs = jax.random.split(runner.key)
     (params, opt_state), stats = jax.lax.scan(
-        lambda c, k: epoch(c, k, samples, lr),
+        lambda c, k: epoch(c, k, samples, schedule),
         (runner.params, runner.opt_state),
         jax.random.split(k_epochs, count),
     )
