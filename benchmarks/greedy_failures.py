@@ -4,8 +4,8 @@
     python benchmarks/greedy_failures.py runs/rl_seeds/ippo-n3 --episodes 512 --json /tmp/f.json
 
 Every seed of each run folder (its ``checkpoint/runner`` holds all of them; PPO runs, feedforward
-or recurrent) plays the same ``--episodes`` fresh layouts (``episode_keys(EVAL_SEED, E)``,
-the papers' reward) twice: greedily (argmax) and with actions sampled from its policy. A
+or recurrent) plays the same ``--episodes`` episodes (``episode_keys(EVAL_SEED, E)``: layouts
+drawn by the world's reset, from its layout pool where it has one; the papers' reward) twice: greedily (argmax) and with actions sampled from its policy. A
 greedy episode that does not deliver every block is *frozen* when the world (every agent's
 and block's position and which blocks are delivered) did not change in its last
 ``--frozen-steps`` steps, and *moving* otherwise (the agents still walk, or cycle through
@@ -227,7 +227,7 @@ def render(data: Dict[str, Any]) -> str:
     | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |
     | IPPO (`ippo-n3`) | 3 | 3.00e+07 | 0.50 | 0.75 | 4 | 75% | 200 | 0.60 | 1/2, 2/2 |
     <BLANKLINE>
-    4 fresh layouts per seed, the same for every seed and run; frozen: the world did not change in the episode's last 20 or more steps.
+    4 episodes per seed, from the same keys for every seed and run; frozen: the world did not change in the episode's last 20 or more steps.
     """
     columns = ["run", "n", "env steps per seed", "greedy success (mean of seeds)", "sampled success",
                "failed greedy episodes", "of them frozen", "median steps frozen",
@@ -242,7 +242,7 @@ def render(data: Dict[str, Any]) -> str:
                  "-" if t["top"] is None else f"{t['top']:.2f}",
                  ", ".join(f"{s['frozen']}/{s['failed']}" for s in run["seeds"])]
         lines.append("| " + " | ".join(cells) + " |")
-    lines += ["", f"{data['episodes']} fresh layouts per seed, the same for every seed and run; frozen: the world "
+    lines += ["", f"{data['episodes']} episodes per seed, from the same keys for every seed and run; frozen: the world "
               f"did not change in the episode's last {data['frozen_steps']} or more steps."]
     return "\n".join(lines)
 
