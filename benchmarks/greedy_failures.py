@@ -77,10 +77,11 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
 
 
 # --- the analysis -------------------------------------------------------------------------------------------
-def play(env, policy, keys, frozen_steps: int):
-    """Plays one episode per key with the batched ``policy`` (its states from ``policy.init``):
-    per episode ``success`` bool, ``still`` int32 (steps the world had not changed when the
-    episode ended) and the final ``state``. Pure; jit it."""
+def play(env, policy, keys, policy_states=None):
+    """Plays one episode per key with the batched ``policy`` (its states ``policy_states``,
+    batched over the episodes, or ``policy.init``'s): per episode ``success`` bool, ``still``
+    int32 (steps the world had not changed when the episode ended) and the final ``state``.
+    Pure; jit it."""
     import jax
     import jax.numpy as jnp
 
@@ -89,8 +90,8 @@ def play(env, policy, keys, frozen_steps: int):
     def world(state):
         return (state.agent_pos, state.block_pos, state.block_alive)
 
-    def one(key):
-        carry = start(env, policy, key)
+    def one(key, policy_state):
+        carry = start(env, policy, key, policy_state)
 
         def body(c, _):
             carry, still = c
@@ -103,7 +104,9 @@ def play(env, policy, keys, frozen_steps: int):
         (carry, still), _ = jax.lax.scan(body, (carry, jnp.int32(0)), None, length=env.max_steps)
         return carry.stats.success, still, carry.state
 
-    return jax.vmap(one)(keys)
+    if policy_states is None:
+        policy_states = jax.vmap(lambda k: policy.init(jax.random.fold_in(k, 1)))(keys)  # start's own default
+    return jax.vmap(one)(keys, policy_states)
 
 
 def classify(success: np.ndarray, still: np.ndarray, frozen_steps: int) -> Dict[str, np.ndarray]:
@@ -141,16 +144,13 @@ def analyse_run(run_dir: Path, episodes: int, frozen_steps: int) -> Dict[str, An
     recurrent = trainer.recurrent
     keys = episode_keys(EVAL_SEED, episodes)
     kind = RecurrentActorPolicy if recurrent else ActorPolicy
+    sample_keys = jax.vmap(lambda k: jax.random.fold_in(k, 1))(keys)  # as the evaluation's rollout folds them
 
     @jax.jit
     def evaluate(actor_params, greedy):
-        class Policy(kind):  # init: this script's greedy flag; keys folded from the episode key
-            def init(self, key):
-                state = super().init(key)
-                return (state[0], greedy) + tuple(state[2:])
-
-        policy = Policy(trainer.actor, actor_params, env.cfg)
-        success, still, final = play(env, policy, keys, frozen_steps)
+        policy = kind(trainer.actor, actor_params, env.cfg)
+        states = policy.states(sample_keys, jnp.full(keys.shape[:1], greedy))
+        success, still, final = play(env, policy, keys, states)
         if recurrent:
             top = jnp.full(success.shape, jnp.nan)
         else:  # the probability of the argmax action in the final state, mean over agents

@@ -248,6 +248,11 @@ class Plan:
     variant: tuple = ()  # the --set overrides
 
     @property
+    def label(self) -> str:
+        """``ippo on n3``, with a variant's overrides: ``ippo on n3 +train.ent_coef_final=0``."""
+        return f"{self.algo} on {self.world}" + "".join(f" +{text}" for text in self.variant)
+
+    @property
     def command(self) -> str:
         return shlex.join(["python", f"baselines/{self.algo}.py", *self.args])
 
@@ -282,7 +287,7 @@ def run(plan: Plan, number: str) -> Dict[str, Any]:
     """Trains ``plan`` (or reuses its finished run folder) and returns its summary.json."""
     summary_path = plan.run_dir / "summary.json"
     log_path = plan.run_dir.parent / f"{plan.run_dir.name}.log"
-    what = f"[{number}] {plan.algo} on {plan.world}" + "".join(f" +{t}" for t in plan.variant)
+    what = f"[{number}] {plan.label}"
     found = _existing(plan, what)
     if found == "finished":
         print(f"{what}: reusing the finished run {_shown(plan.run_dir)}", flush=True)
@@ -384,7 +389,7 @@ def record(plan: Plan, summary: Dict[str, Any]) -> Dict[str, Any]:
     greedy = summary["eval_per_seed"]
     ev = summary["eval"]
     if not ev["greedy"]:
-        raise RunFailed(f"{plan.algo} on {plan.world}: its evaluation is not greedy (eval.greedy=false)")
+        raise RunFailed(f"{plan.label}: its evaluation is not greedy (eval.greedy=false)")
     sampled = summary.get("eval_sampled_per_seed") or {}
     return {
         "algo": plan.algo,
@@ -600,7 +605,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                 summary = run(plan, f"{i}/{len(args.plans)}")
             except RunFailed as err:
                 print(str(err), file=sys.stderr, flush=True)
-                failed.append(f"{plan.algo} on {plan.world}" + "".join(f" +{t}" for t in plan.variant))
+                failed.append(plan.label)
                 continue
             records.append(record(plan, summary))
         print(f"{len(records)} of {len(args.plans)} runs in {time.perf_counter() - start:.0f} s", flush=True)

@@ -37,7 +37,7 @@ class Still:
 def test_a_team_that_never_moves_is_frozen_for_the_whole_episode_and_a_random_one_is_not():
     env = cube_jax.make(scenario="easy")
     keys = episode_keys(0, 6)
-    play = jax.jit(lambda policy, k: gf.play(env, policy, k, 20), static_argnums=0)
+    play = jax.jit(lambda policy, k: gf.play(env, policy, k), static_argnums=0)
     success, still, final = play(Still(), keys)
     assert not np.asarray(success).any()
     assert np.asarray(still).tolist() == [env.max_steps] * 6
