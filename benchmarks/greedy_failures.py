@@ -80,8 +80,8 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
 def play(env, policy, keys, policy_states=None):
     """Plays one episode per key with the batched ``policy`` (its states ``policy_states``,
     batched over the episodes, or ``policy.init``'s): per episode ``success`` bool, ``still``
-    int32 (steps the world had not changed when the episode ended) and the final ``state``.
-    Pure; jit it."""
+    int32 (steps the world had not changed when the episode ended), the final ``state`` and
+    the policy's final state. Pure; jit it."""
     import jax
     import jax.numpy as jnp
 
@@ -102,7 +102,7 @@ def play(env, policy, keys, policy_states=None):
             return (new, jnp.where(live, jnp.where(same, still + 1, 0), still)), None
 
         (carry, still), _ = jax.lax.scan(body, (carry, jnp.int32(0)), None, length=env.max_steps)
-        return carry.stats.success, still, carry.state
+        return carry.stats.success, still, carry.state, carry.policy_state
 
     if policy_states is None:
         policy_states = jax.vmap(lambda k: policy.init(jax.random.fold_in(k, 1)))(keys)  # start's own default
@@ -126,11 +126,9 @@ def analyse_run(run_dir: Path, episodes: int, frozen_steps: int) -> Dict[str, An
     import jax
     import jax.numpy as jnp
 
-    from cube_jax.core.observations import observe
     from cube_jax.evaluation.batched import episode_keys
     from cube_jax.rl import config as C
     from cube_jax.rl.checkpoint import restore_runner
-    from cube_jax.rl.policy import ActorPolicy, RecurrentActorPolicy
     from cube_jax.rl.run import Session
 
     saved = C.load_yaml(run_dir / "config.yaml")
@@ -143,18 +141,17 @@ def analyse_run(run_dir: Path, episodes: int, frozen_steps: int) -> Dict[str, An
     env = trainer.env
     recurrent = trainer.recurrent
     keys = episode_keys(EVAL_SEED, episodes)
-    kind = RecurrentActorPolicy if recurrent else ActorPolicy
     sample_keys = jax.vmap(lambda k: jax.random.fold_in(k, 1))(keys)  # as the evaluation's rollout folds them
 
     @jax.jit
     def evaluate(actor_params, greedy):
-        policy = kind(trainer.actor, actor_params, env.cfg)
+        policy = trainer.batched_policy(actor_params)
         states = policy.states(sample_keys, jnp.full(keys.shape[:1], greedy))
-        success, still, final = play(env, policy, keys, states)
+        success, still, final, final_states = play(env, policy, keys, states)
         if recurrent:
             top = jnp.full(success.shape, jnp.nan)
         else:  # the probability of the argmax action in the final state, mean over agents
-            logits = trainer.actor.apply(actor_params, jax.vmap(lambda s: observe(env.cfg, s))(final))
+            logits = jax.vmap(policy.scores)(final, final_states)
             top = jax.nn.softmax(logits).max(-1).mean(-1)
         return success, still, top
 
@@ -183,7 +180,8 @@ def analyse_run(run_dir: Path, episodes: int, frozen_steps: int) -> Dict[str, An
         shown = str(run_dir)
     return {"run": run_dir.name, "run_dir": shown, "algo": config.algo, "recurrent": recurrent,
             "n": env.num_agents, "max_steps": env.max_steps, "env_steps_per_seed": _env_steps(run_dir, config),
-            "ent_coef": config.train.ent_coef, "ent_coef_final": config.train.ent_coef_final, "seeds": seeds}
+            "ent_coef": config.train.ent_coef, "ent_coef_final": config.train.ent_coef_final,
+            "blocked_moves": config.network.blocked_moves, "seeds": seeds}
 
 
 def _env_steps(run_dir: Path, config) -> int:
@@ -211,8 +209,10 @@ def totals(run: Dict[str, Any]) -> Dict[str, Any]:
 
 def _label(run: Dict[str, Any]) -> str:
     name = run["algo"].upper() + ("-RNN" if run["recurrent"] else "")
-    return name + (f" (entropy {run['ent_coef']:g} -> {run['ent_coef_final']:g})" if run["ent_coef_final"] is not None
-                   else "")
+    notes = [f"entropy {run['ent_coef']:g} -> {run['ent_coef_final']:g}"] if run["ent_coef_final"] is not None else []
+    if run.get("blocked_moves"):  # absent from runs measured before the option existed
+        notes.append("blocked moves observed")
+    return name + (f" ({', '.join(notes)})" if notes else "")
 
 
 def render(data: Dict[str, Any]) -> str:

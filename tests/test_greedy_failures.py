@@ -38,12 +38,12 @@ def test_a_team_that_never_moves_is_frozen_for_the_whole_episode_and_a_random_on
     env = cube_jax.make(scenario="easy")
     keys = episode_keys(0, 6)
     play = jax.jit(lambda policy, k: gf.play(env, policy, k), static_argnums=0)
-    success, still, final = play(Still(), keys)
+    success, still, final, _ = play(Still(), keys)
     assert not np.asarray(success).any()
     assert np.asarray(still).tolist() == [env.max_steps] * 6
     start = jax.vmap(env.reset)(keys)[0]
     np.testing.assert_array_equal(final.agent_pos, start.agent_pos)
-    success, still, final = play(RandomPolicy(env.num_agents), keys)
+    success, still, final, _ = play(RandomPolicy(env.num_agents), keys)
     masks = gf.classify(np.asarray(success), np.asarray(still), 20)
     assert masks["failed"].all() and not masks["frozen"].any()  # random walkers keep the world changing
     assert (np.asarray(still) < 20).all()

@@ -15,21 +15,9 @@ import cube_jax  # noqa: E402
 from cube_jax.rl import config as C  # noqa: E402
 from cube_jax.rl.networks import RecurrentActor, init_recurrent  # noqa: E402
 from cube_jax.rl.ppo import PPO, RecurrentRunner  # noqa: E402
+from tests.rl_tiny import TINY_PPO  # noqa: E402
 
-TINY = [
-    "train.num_envs=8",
-    "train.num_steps=8",
-    "train.total_timesteps=128",  # 2 updates
-    "train.update_epochs=1",
-    "train.num_minibatches=2",
-    "network.hidden=16",
-    "network.layers=1",
-    "network.recurrent=true",
-    "network.gru_hidden=16",
-    "eval.episodes=4",
-    "train.updates_per_call=2",
-    "train.target_success=null",
-]
+TINY = list(TINY_PPO) + ["network.recurrent=true", "network.gru_hidden=16"]
 
 
 def test_the_hidden_state_is_zeroed_where_an_episode_starts():

@@ -122,6 +122,12 @@ class NetworkSection(Section):
         "head); PPO's minibatches then split train.num_envs, which train.num_minibatches must divide",
     )
     gru_hidden: PositiveInt = Field(128, description="recurrent only: units of the GRU's hidden state")
+    blocked_moves: bool = Field(
+        False, description="PPO only (ippo, mappo), vector and egocentric observations: every agent's observation is "
+        "followed by 4 features, the one-hot direction of its last move when that move left it on its cell (zeros "
+        "after a STAY, a move that took it elsewhere, or a reset); the actor and the critic read them, and the saved "
+        "policy keeps its last actions and positions to compute them (cube_jax.rl.policy.blocked_features)",
+    )
 
 
 class TrainSection(Section):
@@ -290,6 +296,13 @@ class Config(Section):
                 f"train.num_envs * train.num_steps = {batch} must be divisible by {key} = {minibatches}",
                 "train.num_envs", "train.num_steps", key,
             )
+        if self.network.blocked_moves:
+            if self.algo == "pqn_vdn":
+                raise _cross_field("network.blocked_moves=true is for ippo and mappo; pqn_vdn's Q-network reads the "
+                                   "observation alone", "network.blocked_moves", "algo")
+            if self.env.observation == "grid":
+                raise _cross_field("network.blocked_moves=true appends features to a vector; env.observation=grid is "
+                                   "a K x K x 6 grid (use vector or egocentric)", "network.blocked_moves", "env.observation")
         if self.network.recurrent:
             if self.algo == "pqn_vdn":
                 raise _cross_field("network.recurrent=true is for ippo and mappo; pqn_vdn's Q-network is feedforward",

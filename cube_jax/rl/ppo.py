@@ -30,7 +30,7 @@ step further.
 """
 from __future__ import annotations
 
-from typing import Any, Dict, Tuple
+from typing import Any, Dict, Optional, Tuple
 
 import jax
 import jax.numpy as jnp
@@ -43,7 +43,7 @@ from cube_jax.evaluation.batched import rollout, summarize
 from cube_jax.rl.config import Config, env_kwargs
 from cube_jax.rl.gae import bootstrap_values, gae
 from cube_jax.rl.networks import build_networks, init_recurrent
-from cube_jax.rl.policy import ActorPolicy, RecurrentActorPolicy
+from cube_jax.rl.policy import BLOCKED_FEATURES, ActorPolicy, RecurrentActorPolicy, blocked_features
 from cube_jax.rl.shaping import ShapingWrapper
 from cube_jax.rl.trainer import episode_metrics, run_epochs, shuffle_indices, stagger_start, update_chunk
 from cube_jax.core.types import EnvConfig, State
@@ -122,7 +122,7 @@ class Runner:
     params: Any  # {"actor": ..., "critic": ...} shared by all agents
     opt_state: Any
     env_state: Any  # LogState batched over E environments
-    obs: jax.Array  # float32[E, N, D] current observations
+    obs: jax.Array  # float32[E, N, D] current observations (then the blocked_features with network.blocked_moves)
     key: jax.Array  # PRNG key
     update: jax.Array  # int32[] updates done so far
 
@@ -196,6 +196,8 @@ class PPO:
         self.critic_reads_obs = self.critic_kind == "obs" and feature_dims == 1
         self.actor, self.critic = build_networks(config.network.model_dump(), self.env.num_actions, feature_dims)
         self.recurrent = config.network.recurrent
+        # network.blocked_moves: the networks' inputs end with blocked_features of the step that reached them.
+        self.blocked_moves = config.network.blocked_moves
         self.num_envs, self.num_steps = t.num_envs, t.num_steps
         self.num_updates = t.total_timesteps // (self.num_envs * self.num_steps)
         self.num_agents = self.env.num_agents
@@ -229,9 +231,24 @@ class PPO:
 
     # -- pieces ---------------------------------------------------------------------------------
     def critic_inputs(self, env_state, obs: jax.Array) -> jax.Array:
-        """float32[E, N, C] for the current (post-reset) states of a batch."""
+        """float32[E, N, C] for the current (post-reset) states of a batch; with
+        ``blocked_moves`` the critic's input of the world's observation, then the blocked
+        features that end ``obs`` (for IPPO's critic: ``obs`` itself)."""
         base_state = env_state.env_state  # LogState -> the base State (the auto-reset keeps no wrapper state)
-        return jax.vmap(lambda s, o: critic_input(self.critic_kind, self.env.cfg, s, o))(base_state, obs)
+        if not self.blocked_moves:
+            return jax.vmap(lambda s, o: critic_input(self.critic_kind, self.env.cfg, s, o))(base_state, obs)
+        world_obs, blocked = obs[..., :-BLOCKED_FEATURES], obs[..., -BLOCKED_FEATURES:]
+        inputs = jax.vmap(lambda s, o: critic_input(self.critic_kind, self.env.cfg, s, o))(base_state, world_obs)
+        return jnp.concatenate([inputs, blocked], axis=-1)
+
+    def _with_blocked(self, obs: jax.Array, blocked: Optional[jax.Array] = None) -> jax.Array:
+        """``obs`` float32[E, N, D] followed by ``blocked`` float32[E, N, 4] (zeros: an episode's
+        first step) where ``blocked_moves``; ``obs`` itself otherwise."""
+        if not self.blocked_moves:
+            return obs
+        if blocked is None:
+            blocked = jnp.zeros(obs.shape[:-1] + (BLOCKED_FEATURES,), obs.dtype)
+        return jnp.concatenate([obs, blocked], axis=-1)
 
     def init(self, key: jax.Array) -> Runner:
         key, k_actor, k_critic, k_env = jax.random.split(key, 4)
@@ -239,15 +256,16 @@ class PPO:
         obs = ts.observation
         if self.train_cfg.stagger_start:
             env_state, obs = stagger_start(self.env, env_state, jax.random.fold_in(k_env, 1))
+        obs = self._with_blocked(obs)
         sample_critic = self.critic_inputs(env_state, obs)[0, 0]
         if not self.recurrent:
             params = {
-                "actor": self.actor.init(k_actor, ts.observation[0, 0]),
+                "actor": self.actor.init(k_actor, obs[0, 0]),
                 "critic": self.critic.init(k_critic, sample_critic),
             }
             return Runner(params, self.optimizer.init(params), env_state, obs, key, jnp.int32(0))
         params = {
-            "actor": init_recurrent(self.actor, k_actor, ts.observation[0, 0]),
+            "actor": init_recurrent(self.actor, k_actor, obs[0, 0]),
             "critic": init_recurrent(self.critic, k_critic, sample_critic),
         }
         zeros = jnp.zeros((self.num_envs, self.num_agents, self.config.network.gru_hidden), jnp.float32)
@@ -311,11 +329,17 @@ class PPO:
             k: ts.extras[k]
             for k in ("returned_episode", "episode_return", "episode_length", "blocks_delivered", "success")
         }
+        final_critic_in, next_obs = ts.extras["final_critic_input"], ts.observation
+        if self.blocked_moves:
+            blocked = blocked_features(action, ts.events.agent_moved)  # of the state this step reached
+            final_critic_in = jnp.concatenate([final_critic_in, blocked], axis=-1)
+            fresh = (ts.terminated | ts.truncated)[:, None, None]  # a reset's first observation has none
+            next_obs = self._with_blocked(next_obs, jnp.where(fresh, 0.0, blocked))
         transition = Transition(
             runner.obs, critic_in, action, log_prob, value, reward,
-            ts.terminated, ts.truncated, ts.extras["final_critic_input"], episode,
+            ts.terminated, ts.truncated, final_critic_in, episode,
         )
-        runner = runner.replace(env_state=env_state, obs=ts.observation)
+        runner = runner.replace(env_state=env_state, obs=next_obs)
         if self.recurrent:
             transition = transition.replace(start=before.starts, critic_hidden=runner.hidden["critic"])
             runner = runner.replace(starts=ts.terminated | ts.truncated)
@@ -525,6 +549,12 @@ class PPO:
         sampled = jax.random.categorical(key, logits)
         return jnp.where(greedy, jnp.argmax(logits, axis=-1), sampled).astype(jnp.int32)
 
+    def batched_policy(self, actor_params):
+        """The actor with ``actor_params`` as a batched policy on the training world
+        (:class:`ActorPolicy` or :class:`RecurrentActorPolicy`, reading what training read)."""
+        kind = RecurrentActorPolicy if self.recurrent else ActorPolicy
+        return kind(self.actor, actor_params, self.env.cfg, blocked_moves=self.blocked_moves)
+
     def evaluate(self, actor_params, key: jax.Array, episodes: int):
         """Plays ``episodes`` episodes of the unshaped environment greedily and as many sampled.
 
@@ -541,7 +571,7 @@ class PPO:
         # Both halves start from the same layouts, so greedy and sampled are compared on equal terms.
         reset_keys = jnp.tile(jax.random.split(k_reset, episodes), (2, 1))
         greedy = jnp.arange(total) < episodes  # bool[2E]: first half greedy, second half sampled
-        policy = (RecurrentActorPolicy if self.recurrent else ActorPolicy)(self.actor, actor_params, env.cfg)
+        policy = self.batched_policy(actor_params)
         stats, film = rollout(env, policy, reset_keys, env.max_steps,
                               policy_states=policy.states(jax.random.split(k_play, total), greedy), film=True)
 
