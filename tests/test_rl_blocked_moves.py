@@ -92,21 +92,23 @@ def test_mappo_critic_inputs_end_with_the_blocked_features():
     assert critic.shape[-1] == plain_critic.shape[-1] + 4
 
 
-def test_a_run_saves_a_policy_that_replays_its_greedy_evaluation(tmp_path):
+@pytest.mark.parametrize("recurrent", [False, True], ids=["feedforward", "recurrent"])
+def test_a_run_saves_a_policy_that_replays_its_greedy_evaluation(tmp_path, recurrent):
     from cube_jax.evaluation.batched import rollout, summarize
     from cube_jax.rl import run
-    from cube_jax.rl.policy import load_policy
+    from cube_jax.rl.policy import RecurrentActorPolicy, load_policy
 
-    cfg = C.build("ippo", overrides=TINY + ["num_seeds=1", "env.max_steps=30", f"output.root={tmp_path}",
-                                            "output.name=blocked", "output.gif=false", "output.plot=false"])
+    gru = ["network.recurrent=true", "network.gru_hidden=16"] if recurrent else []
+    cfg = C.build("ippo", overrides=TINY + gru + ["num_seeds=1", "env.max_steps=30", f"output.root={tmp_path}",
+                                                  "output.name=blocked", "output.gif=false", "output.plot=false"])
     summary = run.train_and_report(cfg)
     policy = load_policy(tmp_path / "blocked")
-    assert policy.blocked_moves and not policy.recurrent
+    assert policy.blocked_moves and policy.recurrent == recurrent
     env = cube_jax.make(**policy.env_kwargs)
     width = env.observation_shape[-1]
     assert policy.feature_shape == (width + 4,)
     batched = policy.for_world(env)
-    assert isinstance(batched, ActorPolicy) and batched.blocked_moves
+    assert isinstance(batched, RecurrentActorPolicy if recurrent else ActorPolicy) and batched.blocked_moves
     # The driver's evaluation: PRNGKey(seed + 10000) split per seed, then into reset and play keys.
     k_reset, _ = jax.random.split(jax.random.split(jax.random.PRNGKey(cfg.seed + 10_000), 1)[0])
     stats, _ = jax.jit(lambda keys: rollout(env, batched, keys))(jax.random.split(k_reset, 4))
@@ -117,18 +119,20 @@ def test_a_run_saves_a_policy_that_replays_its_greedy_evaluation(tmp_path):
     # The step-by-step interface takes the observation with the features appended.
     with pytest.raises(ValueError, match=f"expects {width + 4}: the world's observation followed by the 4 "
                                          "blocked_features"):
-        policy.act(np.zeros((2, width), np.float32), jax.random.PRNGKey(0))
+        policy.step(np.zeros((2, width), np.float32), policy.initial_carry(), jax.random.PRNGKey(0))
     state, ts = env.reset(jax.random.PRNGKey(7))
-    policy_state = batched.init(jax.random.PRNGKey(0))
+    policy_state, carry = batched.init(jax.random.PRNGKey(0)), policy.initial_carry()
     last, moved = jnp.zeros(2, jnp.int32), jnp.ones(2, bool)
-    act, batched_act = jax.jit(policy.act), jax.jit(batched.act)
+    step, batched_act = jax.jit(policy.step), jax.jit(batched.act)
     for _ in range(6):
         observation = jnp.concatenate([ts.observation, blocked_features(last, moved)], axis=-1)
-        actions = act(observation, jax.random.PRNGKey(1))
+        actions, carry = step(observation, carry, jax.random.PRNGKey(1))
         expected, policy_state = batched_act(state, policy_state)
         np.testing.assert_array_equal(np.asarray(actions), np.asarray(expected))
         state, ts = env.step(state, actions)
         last, moved = actions, ts.events.agent_moved
+    if recurrent:  # the hidden state is the third item, the move memory the last
+        np.testing.assert_allclose(np.asarray(carry), np.asarray(policy_state[2]), rtol=1e-6, atol=1e-7)
 
 
 @pytest.mark.parametrize("algo, extra, words", [
