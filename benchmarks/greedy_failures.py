@@ -38,8 +38,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 SCRIPT = "benchmarks/greedy_failures.py"
 JSON_REL = "benchmarks/results/greedy_failures.json"
 DOC = ROOT / "docs" / "baselines.md"
-DEFAULT_RUNS = ("ippo-n2", "mappo-n2", "ippo_rnn-n2", "ippo-n3", "mappo-n3", "ippo-n3+train.ent_coef_final=0",
-                "ippo-n3+network.blocked_moves=true", "ippo_rnn-n3")  # under runs/rl_seeds/, those that exist
+DEFAULT_RUNS = ("ippo-n2", "mappo-n2", "ippo-n2+network.blocked_moves=true", "ippo_rnn-n2", "ippo-n3", "mappo-n3",
+                "ippo-n3+train.ent_coef_final=0", "ippo-n3+network.blocked_moves=true",
+                "ippo_rnn-n3")  # under runs/rl_seeds/, those that exist
 EVAL_SEED = 20_000  # episode keys: PRNGKey(EVAL_SEED + i), other than training's and the driver's evaluation
 DEFAULT_EPISODES = 256
 DEFAULT_FROZEN_STEPS = 20
