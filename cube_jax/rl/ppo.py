@@ -235,11 +235,9 @@ class PPO:
         ``blocked_moves`` the critic's input of the world's observation, then the blocked
         features that end ``obs`` (for IPPO's critic: ``obs`` itself)."""
         base_state = env_state.env_state  # LogState -> the base State (the auto-reset keeps no wrapper state)
-        if not self.blocked_moves:
-            return jax.vmap(lambda s, o: critic_input(self.critic_kind, self.env.cfg, s, o))(base_state, obs)
-        world_obs, blocked = obs[..., :-BLOCKED_FEATURES], obs[..., -BLOCKED_FEATURES:]
+        world_obs = obs[..., :-BLOCKED_FEATURES] if self.blocked_moves else obs
         inputs = jax.vmap(lambda s, o: critic_input(self.critic_kind, self.env.cfg, s, o))(base_state, world_obs)
-        return jnp.concatenate([inputs, blocked], axis=-1)
+        return self._with_blocked(inputs, obs[..., -BLOCKED_FEATURES:]) if self.blocked_moves else inputs
 
     def _with_blocked(self, obs: jax.Array, blocked: Optional[jax.Array] = None) -> jax.Array:
         """``obs`` float32[E, N, D] followed by ``blocked`` float32[E, N, 4] (zeros: an episode's
@@ -541,7 +539,8 @@ class PPO:
 
     # -- evaluation -----------------------------------------------------------------------------
     def act(self, actor_params, observation: jax.Array, key: jax.Array, greedy) -> jax.Array:
-        """int32[...]: actions for observations float32[..., D]; ``greedy`` may be a traced bool.
+        """int32[...]: actions for observations float32[..., D] (the actor's input: with
+        ``blocked_moves``, followed by the blocked features); ``greedy`` may be a traced bool.
         Feedforward actors only: a recurrent one acts through :class:`RecurrentActorPolicy`."""
         if self.recurrent:
             raise ValueError("PPO.act: a recurrent actor needs its hidden state; play it with RecurrentActorPolicy")
