@@ -40,7 +40,7 @@ JSON_REL = "benchmarks/results/greedy_failures.json"
 DOC = ROOT / "docs" / "baselines.md"
 DEFAULT_RUNS = ("ippo-n2", "mappo-n2", "ippo-n2+network.blocked_moves=true", "ippo_rnn-n2", "ippo-n3", "mappo-n3",
                 "ippo-n3+train.ent_coef_final=0", "ippo-n3+network.blocked_moves=true",
-                "ippo_rnn-n3")  # under runs/rl_seeds/, those that exist
+                "ippo_rnn-n3", "ippo-n4+shaping.reach=focus")  # under runs/rl_seeds/, those that exist
 EVAL_SEED = 20_000  # episode keys: PRNGKey(EVAL_SEED + i), other than training's and the driver's evaluation
 DEFAULT_EPISODES = 256
 DEFAULT_FROZEN_STEPS = 20
@@ -182,7 +182,7 @@ def analyse_run(run_dir: Path, episodes: int, frozen_steps: int) -> Dict[str, An
     return {"run": run_dir.name, "run_dir": shown, "algo": config.algo, "recurrent": recurrent,
             "n": env.num_agents, "max_steps": env.max_steps, "env_steps_per_seed": _env_steps(run_dir, config),
             "ent_coef": config.train.ent_coef, "ent_coef_final": config.train.ent_coef_final,
-            "blocked_moves": config.network.blocked_moves, "seeds": seeds}
+            "blocked_moves": config.network.blocked_moves, "reach": config.shaping.reach if config.shaping.enabled else None, "seeds": seeds}
 
 
 def _env_steps(run_dir: Path, config) -> int:
@@ -213,6 +213,8 @@ def _label(run: Dict[str, Any]) -> str:
     notes = [f"entropy {run['ent_coef']:g} -> {run['ent_coef_final']:g}"] if run["ent_coef_final"] is not None else []
     if run.get("blocked_moves"):  # absent from runs measured before the option existed
         notes.append("blocked moves observed")
+    if run.get("reach") not in (None, "nearest"):  # the curriculum preset's reach is not named
+        notes.append(f"{run['reach']} reach")
     return name + (f" ({', '.join(notes)})" if notes else "")
 
 
