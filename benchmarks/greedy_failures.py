@@ -38,7 +38,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 SCRIPT = "benchmarks/greedy_failures.py"
 JSON_REL = "benchmarks/results/greedy_failures.json"
 DOC = ROOT / "docs" / "baselines.md"
-DEFAULT_RUNS = ("ippo-n2", "mappo-n2", "ippo-n2+network.blocked_moves=true", "ippo_rnn-n2", "ippo-n3", "mappo-n3",
+DEFAULT_RUNS = ("ippo-n2", "mappo-n2", "ippo-n2+network.blocked_moves=true", "mappo-n2+network.blocked_moves=true",
+                "ippo_rnn-n2", "ippo-n3", "mappo-n3",
                 "ippo-n3+train.ent_coef_final=0", "ippo-n3+network.blocked_moves=true",
                 "ippo_rnn-n3", "ippo-n4+shaping.reach=focus")  # under runs/rl_seeds/, those that exist
 EVAL_SEED = 20_000  # episode keys: PRNGKey(EVAL_SEED + i), other than training's and the driver's evaluation
@@ -182,7 +183,8 @@ def analyse_run(run_dir: Path, episodes: int, frozen_steps: int) -> Dict[str, An
     return {"run": run_dir.name, "run_dir": shown, "algo": config.algo, "recurrent": recurrent,
             "n": env.num_agents, "max_steps": env.max_steps, "env_steps_per_seed": _env_steps(run_dir, config),
             "ent_coef": config.train.ent_coef, "ent_coef_final": config.train.ent_coef_final,
-            "blocked_moves": config.network.blocked_moves, "reach": config.shaping.reach if config.shaping.enabled else None, "seeds": seeds}
+            "blocked_moves": config.network.blocked_moves,
+            "reach": config.shaping.reach if config.shaping.enabled else None, "seeds": seeds}
 
 
 def _env_steps(run_dir: Path, config) -> int:
@@ -209,6 +211,12 @@ def totals(run: Dict[str, Any]) -> Dict[str, Any]:
 
 
 def _label(run: Dict[str, Any]) -> str:
+    """The run as the table names it: the algorithm, then what its recipe changes.
+
+    >>> run = {"algo": "ippo", "recurrent": False, "ent_coef": 0.05, "ent_coef_final": None}
+    >>> _label(run), _label(dict(run, reach="nearest")), _label(dict(run, reach="focus", blocked_moves=True))
+    ('IPPO', 'IPPO', 'IPPO (blocked moves observed, focus reach)')
+    """
     name = run["algo"].upper() + ("-RNN" if run["recurrent"] else "")
     notes = [f"entropy {run['ent_coef']:g} -> {run['ent_coef_final']:g}"] if run["ent_coef_final"] is not None else []
     if run.get("blocked_moves"):  # absent from runs measured before the option existed
