@@ -54,6 +54,7 @@ from cube_jax.analytics.intervals import CONFIDENCE, RESAMPLES, summarize
 from cube_jax.analytics.metrics import METRICS, episode_metrics
 from cube_jax.analytics.traces import (RecordError, collector_paused, header_fields, load_metric_records, problem_of,
                                       run_fields, trace_paths)
+from cube_jax.files import write_atomic
 from cube_jax.trace import TraceError, TraceProblem, validate_trace
 
 logger = logging.getLogger(__name__)
@@ -196,11 +197,9 @@ def write_metrics_json(sources: Union[PathLike, Iterable[PathLike]], out: PathLi
 
 
 def write_document(report: Report, out: PathLike) -> Path:
-    """Writes ``report``'s metrics.json to ``out`` (its folder is created); returns the path."""
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(report.document(), indent=1) + "\n", encoding="utf-8")
-    return out
+    """Writes ``report``'s metrics.json to ``out`` atomically, so that a reader never sees
+    half a file (its folder is created); returns the path."""
+    return write_atomic(out, json.dumps(report.document(), indent=1) + "\n")
 
 
 def validate_traces(sources: Iterable[PathLike]) -> List[TraceFailure]:

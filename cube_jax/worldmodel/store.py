@@ -15,17 +15,15 @@ interrupted save leaves the previous complete file.
 """
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Annotated, Any, Dict, List, Literal, Mapping, Optional, Tuple
 
 import msgspec
 from msgspec import Meta
 
+from cube_jax.files import write_atomic
 from cube_jax.worldmodel.model import WorldMismatchError, WorldModel, WorldModelError
 from cube_jax.worldmodel.outcomes import Attempt, EpisodeNode, world_name
 
@@ -118,33 +116,7 @@ def to_json(model: WorldModel) -> str:
 
 def save(model: WorldModel, path) -> None:
     """Writes ``model`` to ``path`` atomically (see the module docstring)."""
-    path = Path(path)
-    data = to_json(model).encode("utf-8")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    mode = path.stat().st_mode & 0o777 if path.exists() else 0o644
-    descriptor, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(descriptor, "wb") as file:
-            file.write(data)
-            file.flush()
-            os.fsync(file.fileno())
-        os.chmod(temporary, mode)
-        os.replace(temporary, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(temporary)
-        raise
-    _sync_folder(path.parent)
-
-
-def _sync_folder(folder: Path) -> None:
-    # the rename itself is durable only once the folder is flushed (POSIX; a no-op elsewhere)
-    with contextlib.suppress(OSError, AttributeError):
-        descriptor = os.open(folder, os.O_RDONLY)
-        try:
-            os.fsync(descriptor)
-        finally:
-            os.close(descriptor)
+    write_atomic(path, to_json(model))
 
 
 def _episode(e: EpisodeNode) -> Dict[str, Any]:
