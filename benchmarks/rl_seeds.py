@@ -5,6 +5,7 @@
     python benchmarks/rl_seeds.py --algos pqn_vdn --worlds easy --budget easy=2000000   # its preset's budget
     python benchmarks/rl_seeds.py --algos ippo_rnn --worlds n2 --budget n2=15000000       # GRU actor and critic
     python benchmarks/rl_seeds.py --worlds n3 --algos ippo --set train.ent_coef_final=0   # a variant of the recipe
+    python benchmarks/rl_seeds.py --worlds n4 --algos ippo --set train.init_from=ippo-n3  # n = 4 from the n = 3 run
     python benchmarks/rl_seeds.py --quick                         # a tiny smoke run into runs/rl_seeds-quick
     python benchmarks/rl_seeds.py --render-only --doc             # figures and doc table from the JSON alone
 
@@ -17,6 +18,9 @@ config matches is reused, an unfinished one resumes from its checkpoint, and a r
 by the stall guard (``baselines/launch.py``) resumes with XLA's CPU thread pool switched off.
 ``--set KEY=VALUE`` adds a config override to every run: a variant of the recipe, whose runs,
 rows and curves are kept apart from the plain ones (its folder is ``<algo>-<world>+KEY=VALUE``).
+``--set train.init_from=NAME`` starts every seed from the same seed of this script's run folder
+NAME (a curriculum over n: ``--worlds n4 --set train.init_from=ippo-n3``; its budget is the
+run's own, on top of the source's).
 
 The scores are the driver's final evaluation (``eval_per_seed`` in ``summary.json``):
 greedy play, ``eval.episodes`` (128) episodes, the papers' reward, from keys that depend
@@ -264,7 +268,7 @@ def _plan(parser, algo: str, world: str, args) -> Plan:
     presets = list(WORLDS[world].presets)
     overrides = list(WORLDS[world].overrides) + [f"num_seeds={args.seeds}", "train.target_success=null", f"train.total_timesteps={args.budgets[world]}",
                   f"output.root={_shown(args.out)}", f"output.name={name}"]  # the driver runs in ROOT
-    overrides += list(args.sets)
+    overrides += [_resolved(parser, text, args.out) for text in args.sets]
     if args.quick:
         overrides += list(QUICK_OVERRIDES)
     try:
@@ -277,6 +281,19 @@ def _plan(parser, algo: str, world: str, args) -> Plan:
     driver_args = [a for p in presets for a in ("--preset", p)] + overrides
     return Plan(algo, world, args.budgets[world], driver_args, args.out / name,
                 _comparable(config.model_dump()), args.quick, tuple(args.sets))
+
+
+def _resolved(parser, text: str, out: Path) -> str:
+    """An override for the driver: ``train.init_from=NAME`` names a run folder of ``out`` (this
+    script's own earlier run, e.g. ``ippo-n3``), given to the driver as its path."""
+    key, _, value = text.partition("=")
+    if key.strip() != "train.init_from":
+        return text
+    source = out / value.strip()
+    if not (source / "checkpoint").is_dir():
+        parser.error(f"--set {text!r}: no finished run {source.name!r} with a checkpoint in {_shown(out)}; name one of "
+                     "this script's run folders there, e.g. ippo-n3")
+    return f"train.init_from={_shown(source)}"
 
 
 def _comparable(config: Dict[str, Any]) -> Dict[str, Any]:

@@ -27,7 +27,7 @@ def test_schema_defaults_are_the_documented_ones():
         "num_envs": 64, "num_steps": 32, "total_timesteps": 2_000_000, "update_epochs": 4, "num_minibatches": 4,
         "lr": 2.5e-3, "anneal_lr": True, "gamma": 0.99, "gae_lambda": 0.95, "clip_eps": 0.2, "ent_coef": 0.01,
         "ent_coef_final": None, "vf_coef": 0.5, "max_grad_norm": 0.5, "num_devices": 0, "updates_per_call": 10, "stall_seconds": 120,
-        "stagger_start": True, "target_success": 0.9, "target_check_every": 5, "max_seconds": None,
+        "stagger_start": True, "target_success": 0.9, "target_check_every": 5, "init_from": None, "max_seconds": None,
     }
     assert defaults["env"] == {"scenario": "easy", "n": None, "observation": "vector", "view_radius": 3,
                                "pool_size": 4096, "max_steps": None}

@@ -221,6 +221,26 @@ def test_a_variant_adds_its_overrides_and_keeps_its_runs_apart(tmp_path):
     assert lines[5].startswith("| IPPO (train.ent_coef_final=0) | all: n = 3, n = 2 (stratified) | 2 + 2 |")
 
 
+def test_a_run_starts_from_an_earlier_run_of_the_script_named_by_its_folder(tmp_path, capsys):
+    tmp_path = tmp_path.resolve()
+    argv = ["--worlds", "n4", "--algos", "ippo", "--set", "train.init_from=ippo-n3", "--out", str(tmp_path)]
+    with pytest.raises(SystemExit):
+        rl_seeds.parse_args(argv)
+    assert "--set 'train.init_from=ippo-n3': no finished run 'ippo-n3' with a checkpoint in" in capsys.readouterr().err
+    source = tmp_path / "ippo-n3" / "checkpoint"
+    (source / "runner").mkdir(parents=True)
+    meta = {"algo": "ippo", "env_kwargs": {"observation": "vector", "view_radius": 3, "n": 3},
+            "network": {"hidden": 64, "layers": 2, "activation": "tanh", "recurrent": False, "gru_hidden": 128}}
+    (source / "policy.json").write_text(json.dumps(meta))
+    (plan,) = rl_seeds.parse_args(argv).plans
+    assert plan.command.endswith(f"output.name=ippo-n4+train.init_from=ippo-n3 train.init_from={tmp_path / 'ippo-n3'}")
+    assert plan.config["train"]["init_from"] == str(tmp_path / "ippo-n3") and plan.variant == ("train.init_from=ippo-n3",)
+    (source / "policy.json").write_text(json.dumps(dict(meta, network=dict(meta["network"], hidden=32))))
+    with pytest.raises(SystemExit):
+        rl_seeds.parse_args(argv)
+    assert ("--set train.init_from=ippo-n3: ippo cannot run it: train.init_from=" in capsys.readouterr().err)
+
+
 def _finished_run(tmp_path, edit):
     """A plan and a run folder holding its config.yaml (changed by ``edit``) and a summary.json."""
     (plan,) = rl_seeds.parse_args(["--worlds", "easy", "--algos", "ippo", "--out", str(tmp_path)]).plans

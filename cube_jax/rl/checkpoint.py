@@ -79,6 +79,15 @@ def restore_runner(directory: Path, abstract_runner: Any) -> Any:
     return _restore_tree(path, abstract_runner)
 
 
+def restore_saved_runner(directory: Path) -> Any:
+    """The saved training state as it was written: nested dicts of host arrays, seeds first
+    (for reading another run's parameters: cube_jax/rl/transfer.py)."""
+    path = Path(directory) / RUNNER_DIR
+    if not path.is_dir():
+        raise FileNotFoundError(f"{path} does not exist; was the run saved with output.checkpoint=true?")
+    return _restore_tree(path, None)
+
+
 def read_meta(directory: Path) -> Dict[str, Any]:
     path = Path(directory) / POLICY_META
     if not path.is_file():

@@ -160,6 +160,12 @@ class TrainSection(Section):
         "episodes, the papers' reward) reaches it (null: never)",
     )
     target_check_every: PositiveInt = Field(5, description="jitted calls between two checks of target_success")
+    init_from: Optional[Text] = Field(
+        None, description="ippo and pqn_vdn: a run folder whose parameters start this run, at another team size "
+        "too (seed i from its seed i mod S; the first layer's inputs matched by feature, new ones from 0; a fresh "
+        "optimizer and update count; cube_jax/rl/transfer.py). A resumed run continues from its own checkpoint "
+        "(null: a fresh start)",
+    )
     max_seconds: Optional[PositiveInt] = Field(
         None, description="a wall-clock limit: stop after the first jitted call that ends this many seconds into "
         "training (a resumed run counts its earlier seconds), then evaluate and save as at the budget's end "
@@ -485,7 +491,22 @@ def build(
         layers.apply(load_yaml(saved), str(saved))
         for where, key, value in parsed:
             layers.set(key, value, where)
-    return layers.validate()
+    config = layers.validate()
+    if config.train.init_from is not None and config.output.resume is None:
+        _check_init_from(config)
+    return config
+
+
+def _check_init_from(config: Config) -> None:
+    """train.init_from names a saved run whose network can start this one."""
+    from cube_jax.rl.transfer import TransferError, check_compatible, read_source
+
+    try:
+        _, meta = read_source(config.train.init_from)
+        check_compatible(meta, config.algo, config.network.model_dump(), config.env.observation,
+                         config.train.init_from, config.env.view_radius)
+    except TransferError as err:
+        raise ConfigError(str(err)) from None
 
 
 def _resumed_config_file(resume) -> Path:

@@ -30,7 +30,7 @@ import numpy as np
 from jax.experimental import multihost_utils
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from cube_jax.rl import checkpoint, outputs
+from cube_jax.rl import checkpoint, outputs, transfer
 from cube_jax.rl.config import Config
 from cube_jax.rl.ppo import PPO
 from cube_jax.rl.pqn import PQN
@@ -290,6 +290,12 @@ def train_and_report(config: Config, run_dir: Optional[Path] = None, fetch: Fetc
     state = session.init()
     done_updates = 0
     wall_before = 0.0
+    if train.init_from is not None and out.resume is None:
+        state, line = transfer.init_from(train.init_from, state, algo=config.algo,
+                                         network=config.network.model_dump(), observation=config.env.observation,
+                                         num_agents=trainer.env.cfg.num_agents, num_blocks=trainer.env.cfg.num_blocks,
+                                         view_radius=config.env.view_radius)
+        log.info("train.init_from: %s", line)
     if out.resume is not None:
         state = checkpoint.restore_runner(run_dir / outputs.CHECKPOINT_DIR, session.abstract)
         done_updates = int(session.updates_done(state)[0])
