@@ -41,7 +41,9 @@ DOC = ROOT / "docs" / "baselines.md"
 DEFAULT_RUNS = ("ippo-n2", "mappo-n2", "ippo-n2+network.blocked_moves=true", "mappo-n2+network.blocked_moves=true",
                 "ippo_rnn-n2", "ippo-n3", "mappo-n3",
                 "ippo-n3+train.ent_coef_final=0", "ippo-n3+network.blocked_moves=true",
-                "ippo_rnn-n3", "ippo-n4+shaping.reach=focus")  # under runs/rl_seeds/, those that exist
+                "ippo_rnn-n3", "ippo-n4+shaping.reach=focus",
+                "ippo-n4+network.blocked_moves=true+shaping.reach=focus+train.init_from=ippo-n3+network.blocked_moves=true",
+                )  # under runs/rl_seeds/, those that exist
 EVAL_SEED = 20_000  # episode keys: PRNGKey(EVAL_SEED + i), other than training's and the driver's evaluation
 DEFAULT_EPISODES = 256
 DEFAULT_FROZEN_STEPS = 20
@@ -184,7 +186,8 @@ def analyse_run(run_dir: Path, episodes: int, frozen_steps: int) -> Dict[str, An
             "n": env.num_agents, "max_steps": env.max_steps, "env_steps_per_seed": _env_steps(run_dir, config),
             "ent_coef": config.train.ent_coef, "ent_coef_final": config.train.ent_coef_final,
             "blocked_moves": config.network.blocked_moves,
-            "reach": config.shaping.reach if config.shaping.enabled else None, "seeds": seeds}
+            "reach": config.shaping.reach if config.shaping.enabled else None,
+            "init_from": Path(config.train.init_from).name if config.train.init_from else None, "seeds": seeds}
 
 
 def _env_steps(run_dir: Path, config) -> int:
@@ -216,6 +219,8 @@ def _label(run: Dict[str, Any]) -> str:
     >>> run = {"algo": "ippo", "recurrent": False, "ent_coef": 0.05, "ent_coef_final": None}
     >>> _label(run), _label(dict(run, reach="nearest")), _label(dict(run, reach="focus", blocked_moves=True))
     ('IPPO', 'IPPO', 'IPPO (blocked moves observed, focus reach)')
+    >>> _label(dict(run, init_from="ippo-n3"))
+    'IPPO (started from ippo-n3)'
     """
     name = run["algo"].upper() + ("-RNN" if run["recurrent"] else "")
     notes = [f"entropy {run['ent_coef']:g} -> {run['ent_coef_final']:g}"] if run["ent_coef_final"] is not None else []
@@ -223,6 +228,8 @@ def _label(run: Dict[str, Any]) -> str:
         notes.append("blocked moves observed")
     if run.get("reach") not in (None, "nearest"):  # the curriculum preset's reach is not named
         notes.append(f"{run['reach']} reach")
+    if run.get("init_from"):
+        notes.append(f"started from {run['init_from']}")
     return name + (f" ({', '.join(notes)})" if notes else "")
 
 

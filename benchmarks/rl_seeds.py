@@ -45,6 +45,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import textwrap
 import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
@@ -584,21 +585,26 @@ def plot_curves(data: Dict[str, Any], folder: Path) -> List[Path]:
     paths = []
     for world in dict.fromkeys(r["world"] for r in data["runs"]):
         runs = [r for r in data["runs"] if r["world"] == world]
-        fig, axes = plt.subplots(1, len(METRICS), figsize=(10, 3.4))
+        # the legend goes under the panels, a line per run (long variant names wrapped), so it
+        # covers no curve and no label squeezes the panels
+        labels = [textwrap.fill(f"{_algo_label(r)}, {r['num_seeds']} seeds", 110) for r in runs]
+        legend_lines = sum(label.count("\n") + 1 for label in labels)
+        height = 3.4 + 0.17 * legend_lines + 0.2
+        fig, axes = plt.subplots(1, len(METRICS), figsize=(10, height))
         for ax, (name, title) in zip(axes, (("success", "training success rate"),
                                             ("blocks", "training blocks delivered"))):
             for i, r in enumerate(runs):
                 x, curve = r["curve"]["env_steps_per_seed"], r["curve"][name]
-                label = f"{_algo_label(r)}, {r['num_seeds']} seeds"
-                ax.plot(x, curve["mean"], color=f"C{i}", label=label)
+                ax.plot(x, curve["mean"], color=f"C{i}", label=labels[i])
                 ax.fill_between(x, curve["low"], curve["high"], color=f"C{i}", alpha=0.25, linewidth=0)
             ax.set_ylim(-0.02, 1.02)
             ax.set_xlabel("env steps per seed")
             ax.set_title(title, fontsize=10)
-        axes[0].legend(loc="upper left", frameon=False, fontsize=8)
+        handles, names = axes[0].get_legend_handles_labels()
+        fig.legend(handles, names, loc="lower center", ncol=1, frameon=False, fontsize=8)
         fig.suptitle(f"{_world_label(world)}: mean over seeds, 95% bootstrap band "
                      "(sampled training episodes)", fontsize=10)
-        fig.tight_layout()
+        fig.tight_layout(rect=(0, (0.17 * legend_lines + 0.2) / height, 1, 1))
         path = folder / f"rl_seeds_{world}.png"
         fig.savefig(path, dpi=90)
         plt.close(fig)
