@@ -144,3 +144,29 @@ def test_an_egocentric_window_of_another_radius_is_refused():
     transfer.check_compatible(meta, "ippo", network, "egocentric", "RUN", view_radius=2)
     with pytest.raises(transfer.TransferError, match="that run's window had env.view_radius=2, this one 3"):
         transfer.check_compatible(meta, "ippo", network, "egocentric", "RUN", view_radius=3)
+
+
+def test_a_recurrent_network_is_started_the_same_way(tmp_path):
+    from cube_jax.rl import run
+
+    gru = ["network.recurrent=true", "network.gru_hidden=16"]
+    run.train_and_report(C.build("ippo", overrides=list(TINY_PPO) + WORLD + gru + [
+        "env.n=2", "num_seeds=1", f"output.root={tmp_path}", "output.name=rnn", "output.gif=false",
+        "output.plot=false"]))
+    ppo = PPO(C.build("ippo", overrides=list(TINY_PPO) + WORLD + gru + ["env.n=3", "num_seeds=2",
+                                                                        f"train.init_from={tmp_path / 'rnn'}"]))
+    fresh = jax.jit(jax.vmap(ppo.init))(jax.random.split(jax.random.PRNGKey(1), 2))
+    started, line = transfer.init_from(tmp_path / "rnn", fresh, algo="ippo", network=ppo.config.network.model_dump(),
+                                       observation="vector", num_agents=3, num_blocks=3)
+    assert "seeds 0, 0" in line and "2 first layer(s) re-indexed: 24 of 27 inputs carried over" in line
+    saved = restore_saved_runner(tmp_path / "rnn" / "checkpoint")["params"]
+    old, new = (transfer.observation_labels("vector", n, 3) for n in (2, 3))
+    mine = jax.tree_util.tree_flatten_with_path(started.params)[0]
+    theirs = dict((jax.tree_util.keystr(p), np.asarray(x)) for p, x in jax.tree_util.tree_flatten_with_path(saved)[0])
+    embedded = 0
+    for path, leaf in mine:
+        source = theirs[jax.tree_util.keystr(path)][[0, 0]]
+        if source.shape != leaf.shape:
+            source, embedded = transfer.embed_first_layer(source, old, new), embedded + 1
+        np.testing.assert_array_equal(np.asarray(leaf), source)
+    assert embedded == 2  # the actor's and the critic's input layers; the GRUs and heads as they were
