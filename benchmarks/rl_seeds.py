@@ -588,8 +588,8 @@ def plot_curves(data: Dict[str, Any], folder: Path) -> List[Path]:
         # the legend goes under the panels, a line per run (long variant names wrapped), so it
         # covers no curve and no label squeezes the panels
         labels = [textwrap.fill(f"{_algo_label(r)}, {r['num_seeds']} seeds", 110) for r in runs]
-        legend_lines = sum(label.count("\n") + 1 for label in labels)
-        height = 3.4 + 0.17 * legend_lines + 0.2
+        legend_height = 0.17 * sum(label.count("\n") + 1 for label in labels) + 0.2  # inches
+        height = 3.4 + legend_height
         fig, axes = plt.subplots(1, len(METRICS), figsize=(10, height))
         for ax, (name, title) in zip(axes, (("success", "training success rate"),
                                             ("blocks", "training blocks delivered"))):
@@ -604,7 +604,7 @@ def plot_curves(data: Dict[str, Any], folder: Path) -> List[Path]:
         fig.legend(handles, names, loc="lower center", ncol=1, frameon=False, fontsize=8)
         fig.suptitle(f"{_world_label(world)}: mean over seeds, 95% bootstrap band "
                      "(sampled training episodes)", fontsize=10)
-        fig.tight_layout(rect=(0, (0.17 * legend_lines + 0.2) / height, 1, 1))
+        fig.tight_layout(rect=(0, legend_height / height, 1, 1))
         path = folder / f"rl_seeds_{world}.png"
         fig.savefig(path, dpi=90)
         plt.close(fig)

@@ -257,7 +257,7 @@ def test_the_default_learns_to_deliver_blocks_on_easy(tmp_path):
 
 def test_a_pqn_run_starts_from_a_saved_pqn_run(pqn_run):
     from cube_jax.rl import transfer
-    from cube_jax.rl.checkpoint import restore_saved_runner
+    from cube_jax.rl.checkpoint import restore_runner
 
     run_dir, _ = pqn_run
     pqn = PQN(C.build("pqn_vdn", overrides=TINY + ["num_seeds=3", f"train.init_from={run_dir}"]))
@@ -266,7 +266,7 @@ def test_a_pqn_run_starts_from_a_saved_pqn_run(pqn_run):
                                        observation="vector", num_agents=pqn.env.cfg.num_agents,
                                        num_blocks=pqn.env.cfg.num_blocks)
     assert "seeds 0, 1, 0" in line and "every layer carried over as it was" in line
-    saved = restore_saved_runner(run_dir / "checkpoint")["params"]
+    saved = restore_runner(run_dir / "checkpoint")["params"]
     for seed, source in enumerate([0, 1, 0]):
         for mine, theirs in zip(jax.tree.leaves(started.params), jax.tree.leaves(saved)):
             np.testing.assert_array_equal(np.asarray(mine)[seed], np.asarray(theirs)[source])

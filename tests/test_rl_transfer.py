@@ -16,7 +16,7 @@ import cube_jax  # noqa: E402
 from cube_jax.rl import config as C  # noqa: E402
 from cube_jax.rl import policy as rl_policy  # noqa: E402
 from cube_jax.rl import transfer  # noqa: E402
-from cube_jax.rl.checkpoint import restore_saved_runner  # noqa: E402
+from cube_jax.rl.checkpoint import restore_runner  # noqa: E402
 from cube_jax.rl.ppo import PPO  # noqa: E402
 from tests.rl_tiny import TINY_PPO  # noqa: E402
 
@@ -80,7 +80,7 @@ def test_a_network_started_at_n4_acts_as_the_n2_network_on_what_it_sees(source):
     started, line = transfer.init_from(source, fresh, algo="ippo", network=ppo.config.network.model_dump(),
                                        observation="vector", num_agents=4, num_blocks=6)
     assert "seeds 0, 1, 0" in line and "2 first layer(s) re-indexed: 28 of 49 inputs carried over" in line
-    saved = jax.tree.map(np.asarray, restore_saved_runner(source / "checkpoint"))
+    saved = jax.tree.map(np.asarray, restore_runner(source / "checkpoint"))
     old_env = cube_jax.make(n=2, pool_size=16, max_steps=30)
     old = transfer.observation_labels("vector", 2, 3, blocked_moves=True)
     new = transfer.observation_labels("vector", 4, 6, blocked_moves=True)
@@ -159,7 +159,7 @@ def test_a_recurrent_network_is_started_the_same_way(tmp_path):
     started, line = transfer.init_from(tmp_path / "rnn", fresh, algo="ippo", network=ppo.config.network.model_dump(),
                                        observation="vector", num_agents=3, num_blocks=3)
     assert "seeds 0, 0" in line and "2 first layer(s) re-indexed: 24 of 27 inputs carried over" in line
-    saved = restore_saved_runner(tmp_path / "rnn" / "checkpoint")["params"]
+    saved = restore_runner(tmp_path / "rnn" / "checkpoint")["params"]
     old, new = (transfer.observation_labels("vector", n, 3) for n in (2, 3))
     mine = jax.tree_util.tree_flatten_with_path(started.params)[0]
     theirs = dict((jax.tree_util.keystr(p), np.asarray(x)) for p, x in jax.tree_util.tree_flatten_with_path(saved)[0])

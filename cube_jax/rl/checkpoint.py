@@ -71,21 +71,14 @@ def save_checkpoint(directory: Path, runner: Any, actor_params: Any, meta: Dict[
     return directory
 
 
-def restore_runner(directory: Path, abstract_runner: Any) -> Any:
-    """The saved training state laid out like ``abstract_runner`` (shapes, dtypes, shardings)."""
-    path = Path(directory) / RUNNER_DIR
-    if not path.is_dir():
-        raise FileNotFoundError(f"resume: {path} does not exist; was the run saved with output.checkpoint=true?")
-    return _restore_tree(path, abstract_runner)
-
-
-def restore_saved_runner(directory: Path) -> Any:
-    """The saved training state as it was written: nested dicts of host arrays, seeds first
-    (for reading another run's parameters: cube_jax/rl/transfer.py)."""
+def restore_runner(directory: Path, abstract_runner: Any = None) -> Any:
+    """The saved training state laid out like ``abstract_runner`` (shapes, dtypes, shardings);
+    without it, as it was written: nested dicts of host arrays, seeds first (another run's
+    parameters, read by cube_jax/rl/transfer.py)."""
     path = Path(directory) / RUNNER_DIR
     if not path.is_dir():
         raise FileNotFoundError(f"{path} does not exist; was the run saved with output.checkpoint=true?")
-    return _restore_tree(path, None)
+    return _restore_tree(path, abstract_runner)
 
 
 def read_meta(directory: Path) -> Dict[str, Any]:

@@ -32,7 +32,6 @@ array([[4., 5.],
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
@@ -40,13 +39,14 @@ import jax
 import numpy as np
 
 from cube_jax.core.observations import EGO_CHANNELS
+from cube_jax.rl.checkpoint import POLICY_META, RUNNER_DIR, read_meta, restore_runner
+from cube_jax.rl.policy import BLOCKED_FEATURES
 
 __all__ = ["SUPPORTED_ALGOS", "TransferError", "observation_labels", "embed_first_layer", "init_from"]
 
 Label = Tuple[Any, ...]
 SUPPORTED_ALGOS = ("ippo", "pqn_vdn")  # networks that read the agent's own observation only
 BLOCK_FEATURES = 5  # per block slot in the vector form
-BLOCKED_FEATURES = 4  # cube_jax.rl.policy.BLOCKED_FEATURES (kept equal by a test)
 
 
 class TransferError(ValueError):
@@ -102,15 +102,12 @@ def _labels_of(meta: Dict[str, Any], num_agents: int, num_blocks: int) -> Option
 def read_source(path) -> Tuple[Path, Dict[str, Any]]:
     """The checkpoint folder of run ``path`` (a run folder or its ``checkpoint/``) and its
     policy metadata; raises :class:`TransferError` with the path when there is none."""
-    from cube_jax.rl.checkpoint import POLICY_META, RUNNER_DIR
-
     path = Path(str(path))
     folder = path / "checkpoint" if (path / "checkpoint").is_dir() else path
     if not (folder / POLICY_META).is_file() or not (folder / RUNNER_DIR).is_dir():
         raise TransferError(f"train.init_from={str(path)!r}: no checkpoint there (expected {folder / POLICY_META} "
                             f"and {folder / RUNNER_DIR}/; was the run saved with output.checkpoint=true?)")
-    with open(folder / POLICY_META) as f:
-        return folder, json.load(f)
+    return folder, read_meta(folder)
 
 
 def check_compatible(source_meta: Dict[str, Any], algo: str, network: Dict[str, Any], observation: str,
@@ -145,7 +142,6 @@ def init_from(path, runner: Any, *, algo: str, network: Dict[str, Any], observat
     """``runner`` (seed-batched, as the trainer's ``init`` made it) with its parameters taken
     from the run at ``path`` (see the module docstring); returns it and a line for the log."""
     import cube_jax
-    from cube_jax.rl.checkpoint import restore_saved_runner
 
     folder, meta = read_source(path)
     check_compatible(meta, algo, network, observation, str(path), view_radius)
@@ -153,19 +149,17 @@ def init_from(path, runner: Any, *, algo: str, network: Dict[str, Any], observat
     old = _labels_of(meta, source_env.cfg.num_agents, source_env.cfg.num_blocks)
     new = _labels_of({"env_kwargs": {"observation": observation, "view_radius": view_radius}, "network": network},
                      num_agents, num_blocks)
-    saved = restore_saved_runner(folder)["params"]
-    target = runner.params
-    flat_target, treedef = jax.tree_util.tree_flatten_with_path(target)
+    saved = restore_runner(folder)["params"]
+    flat_target, treedef = jax.tree_util.tree_flatten_with_path(runner.params)
     flat_saved = dict((_path_text(p), leaf) for p, leaf in jax.tree_util.tree_flatten_with_path(saved)[0])
     if set(flat_saved) != {_path_text(p) for p, _ in flat_target}:
         raise TransferError(f"train.init_from={str(path)!r}: its parameters are not this network's "
                             f"({sorted(flat_saved)[:3]}... against {[_path_text(p) for p, _ in flat_target][:3]}...)")
+    sources = np.arange(flat_target[0][1].shape[0]) % jax.tree_util.tree_leaves(saved)[0].shape[0]  # i mod S
     leaves, embedded = [], 0
     for p, leaf in flat_target:
         name = _path_text(p)
-        value = np.asarray(flat_saved[name])
-        seeds = leaf.shape[0]
-        value = value[np.arange(seeds) % value.shape[0]]  # seed i from seed i mod S
+        value = np.asarray(flat_saved[name])[sources]
         if value.shape != leaf.shape:
             if old is None or new is None or not name.endswith("kernel") or value.shape[-1] != leaf.shape[-1]:
                 raise TransferError(f"train.init_from={str(path)!r}: parameter {name} has shape "
@@ -174,10 +168,8 @@ def init_from(path, runner: Any, *, algo: str, network: Dict[str, Any], observat
             embedded += 1
         leaves.append(jax.device_put(value.astype(leaf.dtype), leaf.sharding))
     params = jax.tree_util.tree_unflatten(treedef, leaves)
-    sources = np.arange(jax.tree_util.tree_leaves(target)[0].shape[0]) % jax.tree_util.tree_leaves(
-        saved)[0].shape[0]
     world = meta["env_kwargs"].get("scenario") or f"n = {meta['env_kwargs'].get('n')}"
-    kept = sum(1 for label in new if label in set(old)) if old and new else None
+    kept = len(set(new) & set(old)) if old and new else None
     line = (f"parameters from {folder} ({meta['algo']} on {world}, {meta.get('env_steps', 0):,} env steps; "
             f"seeds {', '.join(map(str, sources))}); "
             + (f"{embedded} first layer(s) re-indexed: {kept} of {len(new)} inputs carried over, the rest start at 0"
