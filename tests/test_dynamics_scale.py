@@ -119,20 +119,23 @@ def test_rotations_move(length, bystanders):
     assert after.agents[: len(cells)] == cells[1:] + cells[:1]
 
 
-def test_large_batches_step_in_tiles_with_the_same_results(monkeypatch):
-    # Above 32 agents a large batch steps in tiles of environments (dynamics.TILE_ELEMENTS
-    # agent slots each); with tiles of 8 envs, a batch of 24 different worlds must come out as
-    # it does in one piece.
+@pytest.mark.parametrize("shape", [MANY_AGENTS_FEW_BLOCKS, MEDIUM], ids=["large-movement", "folded"])
+def test_large_batches_step_in_tiles_with_the_same_results(monkeypatch, shape):
+    # From dynamics.TILE_MIN_AGENTS agents on, a large batch steps in tiles of environments
+    # (dynamics.TILE_ELEMENTS agent slots each), under the large movement kernel (40 agents)
+    # and the folded one (24) alike; with tiles of 8 envs, a batch of 24 different worlds must
+    # come out as it does in one piece.
     import jax
     import jax.numpy as jnp
 
     import cube_jax
 
-    world, main, rnd = crowded_world(0, *MANY_AGENTS_FEW_BLOCKS)
+    world, main, rnd = crowded_world(0, *shape)
     env = cube_jax.make(scenario=cube_jax.Scenario(
         grid_size=world.K, agents=world.agents, blocks=[(r, c, w) for r, c, w, _ in world.blocks], max_steps=60))
     start, _ = env.reset(jax.random.PRNGKey(0))
     n = len(world.agents)
+    assert n >= dynamics.TILE_MIN_AGENTS
     states = jax.tree.map(lambda x: jnp.broadcast_to(x, (24,) + x.shape), start)
     actions = jax.random.randint(jax.random.PRNGKey(1), (6, 24, n), 0, 5)
 
@@ -149,7 +152,7 @@ def test_large_batches_step_in_tiles_with_the_same_results(monkeypatch):
     untiled = str(jax.make_jaxpr(rollout)(states))
     monkeypatch.setattr(dynamics, "TILE_ELEMENTS", 8 * n)
     jax.clear_caches()  # traces are cached; the tile size is read when the step is traced
-    assert dynamics._env_tile(n, 24) == 8 and dynamics._env_tile(dynamics.FOLD_MAX_AGENTS, 24) == 24
+    assert dynamics._env_tile(n, 24) == 8 and dynamics._env_tile(dynamics.TILE_MIN_AGENTS - 1, 24) == 24
     assert "length=3" in str(jax.make_jaxpr(rollout)(states)) and "length=3" not in untiled  # three tiles
     tiled = jax.jit(rollout)(states)
     for a, b in zip(whole, tiled):

@@ -678,20 +678,29 @@ def step_kernel(cfg: EnvConfig, ar, ac, br, bc, w, alive, actions):
     return (ar, ac, br, bc, alive), events
 
 
-# On a CPU, teams above FOLD_MAX_AGENTS step a large batch in tiles of environments, one tile
-# after another: their folds over agents keep [N, E] accumulators, and once those outgrow a
-# core's cache every chunk of a fold goes to memory (n = 256 lost about half of its per-agent
-# rate between 1024 and 4096 envs). A tile holds about TILE_ELEMENTS agent slots. Other
-# platforms take the whole batch at once: on a GPU the tiles ran one after another at a fixed
-# rate each (n = 64: 1.2e6 env-steps/s at both 16384 and 65536 envs, docs/performance.md).
-TILE_ELEMENTS = 128 * 1024
+# On a CPU, teams of TILE_MIN_AGENTS or more step a large batch in tiles of environments, one
+# tile after another: the kernel's folds keep [N, E] accumulators and relations, and once a
+# pass's arrays outgrow a core's nearest caches every chunk of a fold goes further out. On a
+# core with 32 KiB of L1 data cache and 512 KiB of L2, a step of n = 64 over 1024 envs in one
+# piece took 7.6 times as long as over 256 envs (every piece of the step alike: the count of
+# pushers ahead 10x, a push phase 7.7x, the movement phase 7x), and n = 32 made 6.0e6
+# agent-steps/s at 1024 envs in one piece against 1.2e7 in tiles of 256 (docs/performance.md,
+# "Cliffs found"). A tile holds about TILE_ELEMENTS agent slots: an int32 [N, tile] array of
+# 32 KiB. Smaller teams keep the whole batch: their arrays are short along N, and tiles cost
+# them more in loop rounds than they save (n = 8 over 4096 envs: 8.2e6 agent-steps/s in one
+# piece, 5.3e6 in tiles of 1024). Other platforms take the whole batch at once: on a GPU the
+# tiles ran one after another at a fixed rate each (n = 64: 1.2e6 env-steps/s at both 16384 and
+# 65536 envs, docs/performance.md).
+TILE_ELEMENTS = 8 * 1024
+TILE_MIN_AGENTS = 16
 
 
 def _env_tile(n: int, e: int) -> int:
-    """Environments per tile for a step of n agents over e environments (e: no tiling): the
-    largest divisor of e within TILE_ELEMENTS // n, if one is at least a quarter of that."""
-    most = TILE_ELEMENTS // n
-    if n <= FOLD_MAX_AGENTS or e <= most:
+    """Environments per tile for a step of n agents over e environments (e: no tiling): for
+    n >= TILE_MIN_AGENTS, the largest divisor of e within TILE_ELEMENTS // n, if one is at
+    least a quarter of that."""
+    most = max(1, TILE_ELEMENTS // n)
+    if n < TILE_MIN_AGENTS or e <= most:
         return e
     return next((t for t in range(most, most // 4 - 1, -1) if t > 0 and e % t == 0), e)
 
