@@ -680,17 +680,12 @@ def step_kernel(cfg: EnvConfig, ar, ac, br, bc, w, alive, actions):
 
 # On a CPU, teams of TILE_MIN_AGENTS or more step a large batch in tiles of environments, one
 # tile after another: the kernel's folds keep [N, E] accumulators and relations, and once a
-# pass's arrays outgrow a core's nearest caches every chunk of a fold goes further out. On a
-# core with 32 KiB of L1 data cache and 512 KiB of L2, a step of n = 64 over 1024 envs in one
-# piece took 7.6 times as long as over 256 envs (every piece of the step alike: the count of
-# pushers ahead 10x, a push phase 7.7x, the movement phase 7x), and n = 32 made 6.0e6
-# agent-steps/s at 1024 envs in one piece against 1.2e7 in tiles of 256 (docs/performance.md,
-# "Cliffs found"). A tile holds about TILE_ELEMENTS agent slots: an int32 [N, tile] array of
-# 32 KiB. Smaller teams keep the whole batch: their arrays are short along N, and tiles cost
-# them more in loop rounds than they save (n = 8 over 4096 envs: 8.2e6 agent-steps/s in one
-# piece, 5.3e6 in tiles of 1024). Other platforms take the whole batch at once: on a GPU the
-# tiles ran one after another at a fixed rate each (n = 64: 1.2e6 env-steps/s at both 16384 and
-# 65536 envs, docs/performance.md).
+# pass's arrays outgrow a core's nearest caches every piece of the step slows alike. A tile
+# holds about TILE_ELEMENTS agent slots (an int32 [N, tile] array of 32 KiB). Smaller teams
+# keep the whole batch: their arrays are short along N, and tiles cost them more in loop rounds
+# than they save. Other platforms take the whole batch at once: on a GPU the tiles ran one
+# after another at a fixed rate each. The measurements behind each choice are in
+# docs/performance.md ("Large batches and a smaller cache", "On a GPU").
 TILE_ELEMENTS = 8 * 1024
 TILE_MIN_AGENTS = 16
 
