@@ -1,4 +1,5 @@
-"""Shared test setup: a persistent JAX compilation cache, and the browser the browser tests drive.
+"""Shared test setup: a persistent JAX compilation cache, quicker compiles, and the browser the
+browser tests drive.
 
 Many tests (and the scripts they run as subprocesses) compile the same programs; the
 on-disk cache lets xdist workers and subprocesses reuse each other's compilations.
@@ -20,6 +21,13 @@ import pytest
 CACHE_DIR = Path(os.environ.get("CUBE_JAX_TEST_CACHE", Path(__file__).resolve().parents[1] / ".jax_cache"))
 os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", str(CACHE_DIR))
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.5")
+# The suite's time is mostly compiling small programs that then run for milliseconds: with
+# LLVM's optimisation off, XLA compiles them in about half the time (the same HLO; floats
+# may round differently, as they do from one CPU to another, so no test may depend on the
+# rounding). Set here, before JAX starts, so the scripts the tests run inherit it; an
+# XLA_FLAGS that already names a level is left as it is.
+if "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
+    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_backend_optimization_level=0").strip()
 
 import jax  # noqa: E402  (after the cache variables, so subprocesses and this process agree)
 
@@ -84,3 +92,12 @@ def install_chromium() -> Path:
 def chromium() -> Path:
     """The path of Debian's Chromium, installed first if it is missing (see the module docstring)."""
     return find_chromium() or install_chromium()
+
+
+@pytest.fixture(scope="session")
+def tiny_recurrent_run(tmp_path_factory):
+    """``(config, summary, run folder)`` of one tiny recurrent IPPO run (tests/rl_tiny.py),
+    trained once per test process for the modules that read a saved recurrent run."""
+    from tests.rl_tiny import train_tiny_recurrent_run
+
+    return train_tiny_recurrent_run(tmp_path_factory.mktemp("tiny_recurrent"))

@@ -13,3 +13,19 @@ TINY_PPO = (
     "train.updates_per_call=2",
     "train.target_success=null",
 )
+
+# A world of random layouts at n = 2 (16 of them), short episodes.
+TINY_WORLD = ("env.scenario=null", "env.pool_size=16", "env.max_steps=30")
+TINY_GRU = ("network.recurrent=true", "network.gru_hidden=16")
+
+
+def train_tiny_recurrent_run(root):
+    """A tiny recurrent IPPO run at n = 2 with one seed, saved as ``root / "rnn"``: returns
+    ``(config, summary, run folder)``. Several test modules read such a run; the session
+    fixture ``tiny_recurrent_run`` (tests/conftest.py) trains it once per test process."""
+    from cube_jax.rl import config as C
+    from cube_jax.rl import run
+
+    cfg = C.build("ippo", overrides=list(TINY_PPO + TINY_WORLD + TINY_GRU) + [
+        "env.n=2", "num_seeds=1", f"output.root={root}", "output.name=rnn", "output.gif=false", "output.plot=false"])
+    return cfg, run.train_and_report(cfg), root / "rnn"

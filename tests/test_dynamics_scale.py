@@ -147,14 +147,17 @@ def test_large_batches_step_in_tiles_with_the_same_results(monkeypatch, shape):
             return states, (states.agent_pos, states.block_pos, delivered, events.push_force)
         return jax.lax.scan(one, states, actions)[1]
 
+    def traced():  # one trace per tile size, read for its loops and then compiled
+        program = jax.jit(rollout).trace(states)
+        return str(program.jaxpr), program.lower().compile()(states)
+
     assert dynamics._env_tile(n, 24) == 24
-    whole = jax.jit(rollout)(states)
-    untiled = str(jax.make_jaxpr(rollout)(states))
+    untiled, whole = traced()
     monkeypatch.setattr(dynamics, "TILE_ELEMENTS", 8 * n)
     jax.clear_caches()  # traces are cached; the tile size is read when the step is traced
     assert dynamics._env_tile(n, 24) == 8 and dynamics._env_tile(dynamics.TILE_MIN_AGENTS - 1, 24) == 24
-    assert "length=3" in str(jax.make_jaxpr(rollout)(states)) and "length=3" not in untiled  # three tiles
-    tiled = jax.jit(rollout)(states)
+    tiled_jaxpr, tiled = traced()
+    assert "length=3" in tiled_jaxpr and "length=3" not in untiled  # three tiles
     for a, b in zip(whole, tiled):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
     assert np.asarray(whole[0][-1]).std(axis=0).sum() > 0  # the worlds differ

@@ -131,8 +131,9 @@ def test_a_run_saves_a_policy_that_replays_its_greedy_evaluation(tmp_path, recur
         np.testing.assert_array_equal(np.asarray(actions), np.asarray(expected))
         state, ts = env.step(state, actions)
         last, moved = actions, ts.events.agent_moved
-    if recurrent:  # the hidden state is the third item, the move memory the last
-        np.testing.assert_allclose(np.asarray(carry), np.asarray(policy_state[2]), rtol=1e-6, atol=1e-7)
+    if recurrent:  # the hidden state is the third item, the move memory the last; two programs
+        # compute the same GRU and may round differently (see tests/test_rl_recurrent.py)
+        np.testing.assert_allclose(np.asarray(carry), np.asarray(policy_state[2]), rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize("algo, extra, words", [

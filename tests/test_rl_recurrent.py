@@ -15,9 +15,9 @@ import cube_jax  # noqa: E402
 from cube_jax.rl import config as C  # noqa: E402
 from cube_jax.rl.networks import RecurrentActor, init_recurrent  # noqa: E402
 from cube_jax.rl.ppo import PPO, RecurrentRunner  # noqa: E402
-from tests.rl_tiny import TINY_PPO  # noqa: E402
+from tests.rl_tiny import TINY_GRU, TINY_PPO  # noqa: E402
 
-TINY = list(TINY_PPO) + ["network.recurrent=true", "network.gru_hidden=16"]
+TINY = list(TINY_PPO + TINY_GRU)
 
 
 def test_the_hidden_state_is_zeroed_where_an_episode_starts():
@@ -73,15 +73,11 @@ def test_the_update_replays_the_rollouts_log_probs_and_values():
     assert np.abs(np.asarray(log_prob[0]) - np.asarray(samples["log_prob"][0])).max() > 1e-6
 
 
-def test_a_recurrent_run_saves_a_policy_that_replays_its_greedy_evaluation(tmp_path):
+def test_a_recurrent_run_saves_a_policy_that_replays_its_greedy_evaluation(tiny_recurrent_run):
     from cube_jax.evaluation.batched import rollout, summarize
-    from cube_jax.rl import run
     from cube_jax.rl.policy import RecurrentActorPolicy, load_policy
 
-    cfg = C.build("ippo", overrides=TINY + ["num_seeds=1", "env.max_steps=30", f"output.root={tmp_path}",
-                                            "output.name=gru", "output.gif=false", "output.plot=false"])
-    summary = run.train_and_report(cfg)
-    run_dir = tmp_path / "gru"
+    cfg, summary, run_dir = tiny_recurrent_run
     assert summary["updates"] == 2 and (run_dir / "metrics.jsonl").is_file() and (run_dir / "summary.json").is_file()
     policy = load_policy(run_dir)
     assert policy.recurrent and policy.meta["network"]["recurrent"] is True
@@ -107,7 +103,9 @@ def test_a_recurrent_run_saves_a_policy_that_replays_its_greedy_evaluation(tmp_p
         expected, policy_state = act(state, policy_state)
         np.testing.assert_array_equal(np.asarray(actions), np.asarray(expected))
         state, ts = env.step(state, actions)
-    np.testing.assert_allclose(np.asarray(carry), np.asarray(policy_state[2]), rtol=1e-6, atol=1e-7)
+    # Two programs compute the same GRU; XLA may fuse them differently, so the carries agree to
+    # float32 rounding (one element of 32 differed by 1.1e-7 on one CPU), not bit for bit.
+    np.testing.assert_allclose(np.asarray(carry), np.asarray(policy_state[2]), rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize(

@@ -18,9 +18,9 @@ from cube_jax.rl import policy as rl_policy  # noqa: E402
 from cube_jax.rl import transfer  # noqa: E402
 from cube_jax.rl.checkpoint import restore_runner  # noqa: E402
 from cube_jax.rl.ppo import PPO  # noqa: E402
-from tests.rl_tiny import TINY_PPO  # noqa: E402
+from tests.rl_tiny import TINY_GRU, TINY_PPO, TINY_WORLD  # noqa: E402
 
-WORLD = ["env.scenario=null", "env.pool_size=16", "env.max_steps=30"]
+WORLD = list(TINY_WORLD)
 
 
 def test_the_module_examples_hold():
@@ -146,20 +146,15 @@ def test_an_egocentric_window_of_another_radius_is_refused():
         transfer.check_compatible(meta, "ippo", network, "egocentric", "RUN", view_radius=3)
 
 
-def test_a_recurrent_network_is_started_the_same_way(tmp_path):
-    from cube_jax.rl import run
-
-    gru = ["network.recurrent=true", "network.gru_hidden=16"]
-    run.train_and_report(C.build("ippo", overrides=list(TINY_PPO) + WORLD + gru + [
-        "env.n=2", "num_seeds=1", f"output.root={tmp_path}", "output.name=rnn", "output.gif=false",
-        "output.plot=false"]))
-    ppo = PPO(C.build("ippo", overrides=list(TINY_PPO) + WORLD + gru + ["env.n=3", "num_seeds=2",
-                                                                        f"train.init_from={tmp_path / 'rnn'}"]))
+def test_a_recurrent_network_is_started_the_same_way(tiny_recurrent_run):
+    _, _, rnn = tiny_recurrent_run  # n = 2, one seed
+    ppo = PPO(C.build("ippo", overrides=list(TINY_PPO + TINY_WORLD + TINY_GRU) + ["env.n=3", "num_seeds=2",
+                                                                                  f"train.init_from={rnn}"]))
     fresh = jax.jit(jax.vmap(ppo.init))(jax.random.split(jax.random.PRNGKey(1), 2))
-    started, line = transfer.init_from(tmp_path / "rnn", fresh, algo="ippo", network=ppo.config.network.model_dump(),
+    started, line = transfer.init_from(rnn, fresh, algo="ippo", network=ppo.config.network.model_dump(),
                                        observation="vector", num_agents=3, num_blocks=3)
     assert "seeds 0, 0" in line and "2 first layer(s) re-indexed: 24 of 27 inputs carried over" in line
-    saved = restore_runner(tmp_path / "rnn" / "checkpoint")["params"]
+    saved = restore_runner(rnn / "checkpoint")["params"]
     old, new = (transfer.observation_labels("vector", n, 3) for n in (2, 3))
     mine = jax.tree_util.tree_flatten_with_path(started.params)[0]
     theirs = dict((jax.tree_util.keystr(p), np.asarray(x)) for p, x in jax.tree_util.tree_flatten_with_path(saved)[0])

@@ -346,12 +346,34 @@ def movement_phase(cfg: EnvConfig, keep, actions, ar, ac, br, bc, w, alive, enga
 # (``lax.optimization_barrier`` does not do this on CPU: it is removed before fusion.)
 
 
+def _shape_of(x) -> jax.ShapeDtypeStruct:
+    aval = jax.typeof(x)
+    return jax.ShapeDtypeStruct(aval.shape, aval.dtype, weak_type=aval.weak_type)
+
+
+def _cond(keep, fn, args):
+    """``fn(*args)`` where ``keep``, zeros of its shapes elsewhere. The zeros take their shapes
+    from the branch that ran ``fn`` when ``lax.cond`` has traced it first: tracing ``fn`` a
+    second time (``jax.eval_shape``) cost as much as the first, and the step has many regions."""
+    shapes = []
+
+    def run(a):
+        out = fn(*a)
+        shapes.append(jax.tree.map(_shape_of, out))
+        return out
+
+    def skip(a):
+        return jax.tree.map(jnp.zeros_like, shapes[0] if shapes else jax.eval_shape(fn, *a))
+
+    return lax.cond(keep, run, skip, args)
+
+
 def _region_call(fn):
     """``fn`` run inside a region (see above); the first argument is the region predicate."""
 
     @custom_vmap
     def call(keep, *args):
-        return lax.cond(keep, lambda a: fn(*a), lambda a: jax.tree.map(jnp.zeros_like, jax.eval_shape(fn, *a)), args)
+        return _cond(keep, fn, args)
 
     @call.def_vmap
     def _vmap_rule(axis_size, in_batched, keep, *args):
@@ -359,13 +381,7 @@ def _region_call(fn):
         # stays a real branch instead of turning into a select of both sides.
         keep = jnp.all(keep) if in_batched[0] else keep
         axes = [jax.tree.map(lambda b: 0 if b else None, b) for b in in_batched[1:]]
-        batched_fn = jax.vmap(fn, in_axes=tuple(axes))
-        out = lax.cond(
-            keep,
-            lambda a: batched_fn(*a),
-            lambda a: jax.tree.map(jnp.zeros_like, jax.eval_shape(batched_fn, *a)),
-            args,
-        )
+        out = _cond(keep, jax.vmap(fn, in_axes=tuple(axes)), args)
         return out, jax.tree.map(lambda _: True, out)
 
     return call
