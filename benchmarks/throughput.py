@@ -4,7 +4,7 @@ Writes ``benchmarks/results/throughput.json`` with a heat map next to it
 (``throughput_heatmap.png``: agent-steps/s against n = 4 at the same batch size) and, with
 ``--doc``, the generated tables of ``docs/performance.md`` (see :func:`render`).
 
-    nice -n 5 python benchmarks/throughput.py --doc                  # everything
+    nice -n 5 python benchmarks/throughput.py --doc                  # every default section
     python benchmarks/throughput.py --sections targets --out runs/t.json
     python benchmarks/throughput.py --quick                          # smoke check
 
@@ -12,7 +12,7 @@ The machine this runs on is shared: every comparison is made of A/B *pairs*, A a
 back to back, and the median of the pairs' ratios is reported; absolute rates (medians of
 the rounds) are only meaningful within one run.
 
-Sections (``--sections``, comma-separated; default all)
+Sections (``--sections``, comma-separated; default all but tiles and device)
   sweep       the step rules alone (random actions, no reset, no observation) for every n
               in SWEEP_NS and batch size in SWEEP_ENVS: agent-steps/s against n = 4 at the
               same batch size, each cell paired with an n = 4 run timed just before it
@@ -25,6 +25,9 @@ Sections (``--sections``, comma-separated; default all)
               layouts, vector or egocentric), and n = 256 with 64 envs (fresh, egocentric)
   latency     one jitted step of one env (egocentric) at n = 64 and n = 256, best of rounds
               of 100 calls back to back
+  tiles       (not in the default) the step rules at TILE_CASES with the batch in tiles of 2, 8
+              and 32 Ki agent slots against one piece, every n tiled, one process per size
+              (python benchmarks/throughput.py --sections tiles --out benchmarks/results/throughput_tiles.json)
   device      for an accelerator (not in the default): the step rules at DEVICE_NS x DEVICE_ENVS
               (--ns, --sweep-envs override them) and the fresh-layout auto-reset loop at n = 4,
               --steps steps per call, best of --repeats rounds, with the device named
@@ -561,6 +564,74 @@ def render_threads(threads: dict) -> str:
     return "\n".join(lines)
 
 
+# The tile size on a CPU: the step rules at TILE_CASES, one process per tile size (the size is
+# read when the step is traced), every n tiled (TILE_MIN_AGENTS set to 1) so that the rows
+# below dynamics.TILE_MIN_AGENTS show what tiles would cost them.
+TILE_CASES = ((4, 4096), (8, 4096), (16, 4096), (32, 1024), (64, 1024), (256, 4096))
+TILE_SETTINGS = (0, 2048, 8192, 32768)  # agent slots per tile; 0: the whole batch in one piece
+
+
+def tiles_child(elements: int, rounds: int) -> dict:
+    """Agent-steps/s of the step rules at TILE_CASES with tiles of ``elements`` agent slots
+    (0: one piece), in this process, set before anything is traced."""
+    from cube_jax.core import dynamics
+
+    dynamics.TILE_MIN_AGENTS = 1
+    dynamics.TILE_ELEMENTS = elements or 1 << 40
+    cases = []
+    for n, e in TILE_CASES:
+        case = dynamics_case(n, e, sweep_steps(n, e))
+        case.row["tile_envs"] = dynamics._env_tile(n, e)
+        cases.append(case)
+    return {"rows": measure(cases, rounds)}
+
+
+def bench_tiles(pairs: int, rounds: int) -> dict:
+    """Every tile size in its own process, the sizes in turn (reversed in odd passes); per
+    case and size the median over ``pairs`` passes of its rate against one piece in the same pass."""
+    import subprocess
+
+    from cube_jax.core import dynamics
+
+    passes = []
+    for i in range(pairs):
+        runs = {}
+        for elements in (TILE_SETTINGS if i % 2 == 0 else TILE_SETTINGS[::-1]):
+            code = (f"import json, sys\nsys.path.insert(0, {str(Path(__file__).resolve().parent)!r})\n"
+                    f"import throughput\nprint('TILES ' + json.dumps(throughput.tiles_child({elements}, {rounds})))\n")
+            out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+            runs[elements] = json.loads(next(x for x in out.splitlines() if x.startswith("TILES "))[6:])["rows"]
+            print(f"  tiles pass {i + 1}/{pairs}: {elements or 'one piece'} agent slots done", flush=True)
+        passes.append(runs)
+    rows = []
+    for j, (n, e) in enumerate(TILE_CASES):
+        row = {"n": n, "envs": e, "one_piece": _median([p[0][j]["agent_steps_per_s"] for p in passes]), "tiles": []}
+        for elements in TILE_SETTINGS[1:]:
+            ratios = [p[elements][j]["agent_steps_per_s"] / p[0][j]["agent_steps_per_s"] for p in passes]
+            row["tiles"].append({"elements": elements, "tile_envs": passes[0][elements][j]["tile_envs"],
+                                 "x": _median(ratios), "x_pairs": ratios})
+        rows.append(row)
+    return {"pairs": pairs, "rounds": rounds, "default_elements": dynamics.TILE_ELEMENTS,
+            "default_min_agents": dynamics.TILE_MIN_AGENTS, "rows": rows}
+
+
+def render_tiles(tiles: dict) -> str:
+    sizes = [t["elements"] for t in tiles["rows"][0]["tiles"]]
+    head = [f"{e // 1024} Ki slots{' (default)' if e == tiles['default_elements'] else ''}" for e in sizes]
+    lines = ["| n | envs | one piece, agent-steps/s | " + " | ".join(head) + " |", "| --- " * (3 + len(sizes)) + "|"]
+    for r in tiles["rows"]:
+        now = [t["elements"] == tiles["default_elements"] and r["n"] >= tiles["default_min_agents"] for t in r["tiles"]]
+        cells = [f"{'**' * bold}{t['x']:.2f}x{'**' * bold} ({t['tile_envs']})" for t, bold in zip(r["tiles"], now)]
+        lines.append(f"| {r['n']} | {r['envs']} | {_fmt(r['one_piece'])} | " + " | ".join(cells) + " |")
+    lines.append("")
+    lines.append("A cell: agent-steps/s with tiles of that many agent slots against one piece (environments "
+                 "per tile). "
+                 f"Bold: what a step does now (tiles of {tiles['default_elements'] // 1024} Ki slots from "
+                 f"{tiles['default_min_agents']} agents on). One process per tile size, best of {tiles['rounds']} "
+                 f"rounds each; median of {tiles['pairs']} passes over the sizes.")
+    return "\n".join(lines)
+
+
 # --- output --------------------------------------------------------------------------------
 
 
@@ -623,6 +694,9 @@ def render(data: dict) -> str:
         parts += ["", "#### On the accelerator", "", render_device(data["device"])]
     if "threads" in data:
         parts += ["", "#### One core against all cores (separate processes)", "", render_threads(data["threads"])]
+    if "tiles" in data:
+        parts += ["", "#### Tiles of environments on a CPU against one piece (step rules, agent-steps/s)", "",
+                  render_tiles(data["tiles"])]
     if "before" in data:
         parts += ["", "#### Before and after", "", render_before_after(data["before"], data)]
     return "\n".join(parts) + "\n"
@@ -698,8 +772,9 @@ def _plot_heatmap(sweep: dict, path: Path) -> None:
     plt.close(fig)
 
 
-SECTIONS = ("sweep", "targets", "training", "latency", "threads", "device")
-DEFAULT_SECTIONS = tuple(s for s in SECTIONS if s != "device")  # "device" is for an accelerator: asked for by name
+SECTIONS = ("sweep", "targets", "training", "latency", "threads", "device", "tiles")
+# "device" is for an accelerator, "tiles" a design check of its own: both are asked for by name
+DEFAULT_SECTIONS = tuple(s for s in SECTIONS if s not in ("device", "tiles"))
 DOC = ROOT / "docs" / "performance.md"
 SCRIPT = "benchmarks/throughput.py"
 
@@ -708,7 +783,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="a small sweep (smoke check)")
     parser.add_argument("--sections", default=",".join(DEFAULT_SECTIONS),
-                        help=f"comma-separated, of {SECTIONS} (default: all but device)")
+                        help=f"comma-separated, of {SECTIONS} (default: all but device and tiles)")
     parser.add_argument("--ns", type=_positive_ints, help="team sizes of the sweep (default SWEEP_NS)")
     parser.add_argument("--sweep-envs", type=_positive_ints, help="batch sizes of the sweep (default SWEEP_ENVS)")
     parser.add_argument("--steps", type=int, default=64, help="steps per timed rollout outside the sweep (default 64)")
@@ -774,6 +849,9 @@ def main(argv=None) -> int:
     if "threads" in sections:
         results["threads"] = bench_threads(repeats if not quick else 1, steps)
         print(render_threads(results["threads"]))
+    if "tiles" in sections:
+        results["tiles"] = bench_tiles(1 if quick else 2, 3)
+        print(render_tiles(results["tiles"]))
 
     results["machine"]["load_average_at_end"] = os.getloadavg()
     if args.before:
