@@ -510,7 +510,9 @@ def threads_child(steps: int, rounds: int) -> dict:
     return {"cores": len(os.sched_getaffinity(0)), "rows": rows}
 
 
-def _run_threads_child(pinned: bool, steps: int, rounds: int) -> dict:
+def _child(call: str, pinned: bool = False) -> dict:
+    """What ``throughput.<call>`` returns, run in a fresh Python process (pinned to one core
+    if asked): settings read at import or trace time start from scratch there."""
     import subprocess
 
     code = (
@@ -518,10 +520,14 @@ def _run_threads_child(pinned: bool, steps: int, rounds: int) -> dict:
         + ("os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})\n" if pinned else "")
         + f"sys.path.insert(0, {str(Path(__file__).resolve().parent)!r})\n"
         + "import throughput\n"
-        + f"print('THREADS ' + json.dumps(throughput.threads_child({steps}, {rounds})))\n"
+        + f"print('CHILD ' + json.dumps(throughput.{call}))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    return json.loads(next(line for line in out.splitlines() if line.startswith("THREADS "))[len("THREADS "):])
+    return json.loads(next(line for line in out.splitlines() if line.startswith("CHILD "))[len("CHILD "):])
+
+
+def _run_threads_child(pinned: bool, steps: int, rounds: int) -> dict:
+    return _child(f"threads_child({steps}, {rounds})", pinned)
 
 
 def bench_threads(pairs: int, steps: int, rounds: int = 5) -> dict:
@@ -589,18 +595,13 @@ def tiles_child(elements: int, rounds: int) -> dict:
 def bench_tiles(pairs: int, rounds: int) -> dict:
     """Every tile size in its own process, the sizes in turn (reversed in odd passes); per
     case and size the median over ``pairs`` passes of its rate against one piece in the same pass."""
-    import subprocess
-
     from cube_jax.core import dynamics
 
     passes = []
     for i in range(pairs):
         runs = {}
         for elements in (TILE_SETTINGS if i % 2 == 0 else TILE_SETTINGS[::-1]):
-            code = (f"import json, sys\nsys.path.insert(0, {str(Path(__file__).resolve().parent)!r})\n"
-                    f"import throughput\nprint('TILES ' + json.dumps(throughput.tiles_child({elements}, {rounds})))\n")
-            out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-            runs[elements] = json.loads(next(x for x in out.splitlines() if x.startswith("TILES "))[6:])["rows"]
+            runs[elements] = _child(f"tiles_child({elements}, {rounds})")["rows"]
             print(f"  tiles pass {i + 1}/{pairs}: {elements or 'one piece'} agent slots done", flush=True)
         passes.append(runs)
     rows = []
