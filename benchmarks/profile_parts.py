@@ -8,6 +8,10 @@ whatever cores the process may use (pin it for figures that compare: ``taskset -
   steps into their episodes: the whole step (``step_kernel``), the count of pushers ahead of
   every agent in one push phase, one push phase (RIGHT) and the movement phase, each with
   the kernel the step itself picks for that phase;
+* ``observe``: one environment at n = 256 (``env.step`` whole, the step rules, the egocentric
+  observation, the reward), and the egocentric view's block-weight channel both ways (the fold
+  over blocks and the contraction over blocks, ``observations._ego_weight_channel``) at a few
+  team sizes and batches on either side of the thresholds that choose between them;
 * ``update``: one IPPO update of the default preset (``configs/ippo.yaml``) on the
   n-curriculum at n = 4 with one seed: the rollout (``PPO.collect``: num_steps steps of
   num_envs environments, actor, critic, sampling, the wrapped environment step and the
@@ -86,6 +90,66 @@ def profile_step(n: int, envs: int, rounds: int) -> list:
     ]
     label = f"step, n = {n} ({br.shape[0]} blocks), {envs} envs"
     return [{"group": label, "piece": name, "ms": _timed(fn, *args, rounds=rounds)} for name, fn, args in pieces]
+
+
+# (n, envs) of the weight-channel comparison: one to eight environments at n = 256, a training
+# batch at n = 64, and one environment at n = 32 (three blocks)
+WEIGHT_CASES = ((256, 1), (256, 2), (256, 4), (256, 8), (64, 256), (32, 1))
+
+
+def _visited(env, envs: int):
+    """A batch of ``envs`` states 20 random steps into their episodes."""
+    import jax
+
+    state, _ = jax.vmap(env.reset)(jax.random.split(jax.random.PRNGKey(0), envs))
+    step = jax.jit(jax.vmap(env.step))
+    for i in range(20):
+        state, _ = step(state, jax.random.randint(jax.random.PRNGKey(i), (envs, env.num_agents), 0, 5))
+    return state
+
+
+def profile_observe(rounds: int) -> list:
+    import jax
+    import jax.numpy as jnp
+
+    import cube_jax
+    from cube_jax.core import dynamics as D
+    from cube_jax.core import env as E
+    from cube_jax.core import observations as O
+
+    env = cube_jax.make(n=256, observation="egocentric")
+    cfg = env.cfg
+    state = jax.tree.map(lambda x: x[0], _visited(env, 1))
+    actions = jax.random.randint(jax.random.PRNGKey(99), (256,), 0, 5, dtype=jnp.int32)
+    delivered = jnp.zeros((), jnp.int32)
+    label = f"one environment, n = 256 ({env.num_blocks} blocks), egocentric"
+    pieces = [
+        ("env.step", jax.jit(env.step), (state, actions)),
+        ("step rules", jax.jit(lambda s, a: D.batched_step(cfg)(s, a)), (state, actions)),
+        ("observation", jax.jit(env.observe), (state,)),
+        ("reward and flags", jax.jit(lambda s, d: E.reward_and_flags(cfg, s, d)), (state, delivered)),
+    ]
+    rows = [{"group": label, "piece": name, "ms": _timed(fn, *args, rounds=rounds)} for name, fn, args in pieces]
+    for n, envs in WEIGHT_CASES:
+        case = cube_jax.make(n=n, observation="egocentric")
+        states = _visited(case, envs)
+        lead = states.t.shape
+        pos, bpos = D.env_last(states.agent_pos, lead, 2), D.env_last(states.block_pos, lead, 2)
+        offsets = jnp.arange(-case.cfg.view_radius, case.cfg.view_radius + 1, dtype=jnp.int32)[None, :, None]
+        rows_, cols_ = pos[:, 0][:, None] + offsets, pos[:, 1][:, None] + offsets
+        spans = O._ego_block_spans(rows_, cols_, bpos[:, 0], bpos[:, 1], D.env_last(states.block_weight, lead, 1),
+                                   D.env_last(states.block_alive, lead, 1))
+        w = D.env_last(states.block_weight, lead, 1)
+        group = f"egocentric block-weight channel, n = {n} ({case.num_blocks} blocks), {envs} env(s)"
+        saved = O.EGO_CONTRACT_MIN_BLOCKS, O.EGO_CONTRACT_MAX_ENVS
+        for piece, limits in (("fold over blocks", (10**9, 0)), ("contraction over blocks", (0, 10**9))):
+            O.EGO_CONTRACT_MIN_BLOCKS, O.EGO_CONTRACT_MAX_ENVS = limits
+            try:  # the thresholds are read while tracing, which _timed does first
+                ms = _timed(jax.jit(lambda r, c, w: O._ego_weight_channel(r, c, w)), *spans, w, rounds=rounds)
+            finally:
+                O.EGO_CONTRACT_MIN_BLOCKS, O.EGO_CONTRACT_MAX_ENVS = saved
+            rows.append({"group": group, "piece": piece, "ms": ms})
+    return rows
 
 
 def profile_update(rounds: int) -> tuple:
@@ -178,21 +242,24 @@ def main(argv=None) -> int:
     parser.add_argument("--n", type=int, default=256, help="team size of the step's pieces (default 256)")
     parser.add_argument("--envs", type=int, default=1024, help="batch of the step's pieces (default 1024)")
     parser.add_argument("--rounds", type=int, default=7, help="rounds per piece; the median is reported")
-    parser.add_argument("--sections", default="step,update", help="comma-separated: step, update")
+    parser.add_argument("--sections", default="step,update", help="comma-separated: step, observe, update")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     parser.add_argument("--before", type=Path, help="this script's JSON from an earlier checkout")
     parser.add_argument("--doc", action="store_true", help="rewrite the generated block of docs/performance.md")
     args = parser.parse_args(argv)
     sections = [s.strip() for s in args.sections.split(",") if s.strip()]
-    unknown = sorted(set(sections) - {"step", "update"})
+    unknown = sorted(set(sections) - {"step", "observe", "update"})
     if unknown:
-        parser.error(f"--sections: unknown {', '.join(unknown)}; choose from step, update")
+        parser.error(f"--sections: unknown {', '.join(unknown)}; choose from step, observe, update")
     if args.n < 1 or args.envs < 1 or args.rounds < 1:
         parser.error("--n, --envs and --rounds must be at least 1")
     data = {"machine": _machine(), "pieces": [], "env_steps_per_update": None}
     if "step" in sections:
         data["pieces"] += profile_step(args.n, args.envs, args.rounds)
         print(f"  timed the step's pieces at n = {args.n}", flush=True)
+    if "observe" in sections:
+        data["pieces"] += profile_observe(args.rounds)
+        print("  timed one environment's step at n = 256 and the weight channel both ways", flush=True)
     if "update" in sections:
         rows, data["env_steps_per_update"] = profile_update(args.rounds)
         data["pieces"] += rows
