@@ -58,6 +58,17 @@ def _timed(fn, *args, rounds: int, calls: int = 5) -> float:
     return times[len(times) // 2]
 
 
+def _visited(env, envs: int):
+    """A batch of ``envs`` states 20 random steps into their episodes."""
+    import jax
+
+    state, _ = jax.vmap(env.reset)(jax.random.split(jax.random.PRNGKey(0), envs))
+    step = jax.jit(jax.vmap(env.step))
+    for i in range(20):
+        state, _ = step(state, jax.random.randint(jax.random.PRNGKey(i), (envs, env.num_agents), 0, 5))
+    return state
+
+
 def profile_step(n: int, envs: int, rounds: int) -> list:
     import jax
 
@@ -66,10 +77,7 @@ def profile_step(n: int, envs: int, rounds: int) -> list:
 
     env = cube_jax.make(n=n, observation="egocentric")
     cfg = env.cfg
-    state, _ = jax.vmap(env.reset)(jax.random.split(jax.random.PRNGKey(0), envs))
-    step = jax.jit(jax.vmap(env.step))
-    for i in range(20):
-        state, _ = step(state, jax.random.randint(jax.random.PRNGKey(i), (envs, n), 0, 5))
+    state = _visited(env, envs)
     lead = state.t.shape
     pos, bpos = D.env_last(state.agent_pos, lead, 2), D.env_last(state.block_pos, lead, 2)
     ar, ac, br, bc = pos[:, 0], pos[:, 1], bpos[:, 0], bpos[:, 1]
@@ -95,17 +103,6 @@ def profile_step(n: int, envs: int, rounds: int) -> list:
 # (n, envs) of the weight-channel comparison: one to eight environments at n = 256, a training
 # batch at n = 64, and one environment at n = 32 (three blocks)
 WEIGHT_CASES = ((256, 1), (256, 2), (256, 4), (256, 8), (64, 256), (32, 1))
-
-
-def _visited(env, envs: int):
-    """A batch of ``envs`` states 20 random steps into their episodes."""
-    import jax
-
-    state, _ = jax.vmap(env.reset)(jax.random.split(jax.random.PRNGKey(0), envs))
-    step = jax.jit(jax.vmap(env.step))
-    for i in range(20):
-        state, _ = step(state, jax.random.randint(jax.random.PRNGKey(i), (envs, env.num_agents), 0, 5))
-    return state
 
 
 def profile_observe(rounds: int) -> list:
@@ -135,11 +132,8 @@ def profile_observe(rounds: int) -> list:
         states = _visited(case, envs)
         lead = states.t.shape
         pos, bpos = D.env_last(states.agent_pos, lead, 2), D.env_last(states.block_pos, lead, 2)
-        offsets = jnp.arange(-case.cfg.view_radius, case.cfg.view_radius + 1, dtype=jnp.int32)[None, :, None]
-        rows_, cols_ = pos[:, 0][:, None] + offsets, pos[:, 1][:, None] + offsets
-        spans = O._ego_block_spans(rows_, cols_, bpos[:, 0], bpos[:, 1], D.env_last(states.block_weight, lead, 1),
-                                   D.env_last(states.block_alive, lead, 1))
-        w = D.env_last(states.block_weight, lead, 1)
+        w, alive = D.env_last(states.block_weight, lead, 1), D.env_last(states.block_alive, lead, 1)
+        spans = O._ego_block_spans(*O._ego_window(case.cfg, pos[:, 0], pos[:, 1]), bpos[:, 0], bpos[:, 1], w, alive)
         group = f"egocentric block-weight channel, n = {n} ({case.num_blocks} blocks), {envs} env(s)"
         saved = O.EGO_CONTRACT_MIN_BLOCKS, O.EGO_CONTRACT_MAX_ENVS
         for piece, limits in (("fold over blocks", (10**9, 0)), ("contraction over blocks", (0, 10**9))):

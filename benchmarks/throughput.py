@@ -526,10 +526,6 @@ def _child(call: str, pinned: bool = False) -> dict:
     return json.loads(next(line for line in out.splitlines() if line.startswith("CHILD "))[len("CHILD "):])
 
 
-def _run_threads_child(pinned: bool, steps: int, rounds: int) -> dict:
-    return _child(f"threads_child({steps}, {rounds})", pinned)
-
-
 def bench_threads(pairs: int, steps: int, rounds: int = 5) -> dict:
     """Pairs of processes, one pinned to a single core and one on every core, run back to back
     (alternating which goes first); per case the median of the pairs' ratios."""
@@ -538,7 +534,7 @@ def bench_threads(pairs: int, steps: int, rounds: int = 5) -> dict:
     runs = {True: [], False: []}
     for i in range(pairs):
         for pinned in ((True, False) if i % 2 == 0 else (False, True)):
-            runs[pinned].append(_run_threads_child(pinned, steps, rounds))
+            runs[pinned].append(_child(f"threads_child({steps}, {rounds})", pinned))
             print(f"  threads pair {i + 1}/{pairs}: {'one core' if pinned else 'all cores'} done", flush=True)
     rows = []
     for j, row in enumerate(runs[True][0]["rows"]):

@@ -181,14 +181,20 @@ def _ego_weight_channel(in_rows, in_cols, w) -> jax.Array:
     return weight
 
 
+def _ego_window(cfg: EnvConfig, ar, ac) -> tuple:
+    """int32[N, S, E] grid rows and int32[N, S, E] grid columns of every agent's window."""
+    r = cfg.view_radius
+    offsets = jnp.arange(-r, r + 1, dtype=jnp.int32)[None, :, None]
+    return ar[:, None] + offsets, ac[:, None] + offsets
+
+
 def _egocentric_kernel(cfg: EnvConfig, ar, ac, br, bc, w, alive, t) -> jax.Array:
     """float32[N, D - N, E] on environment-last arrays ([N, E], [B, E], [E]): the egocentric
     form without its one-hot agent id (see the module doc)."""
     n, k, r = cfg.num_agents, cfg.grid_size, cfg.view_radius
     e = t.shape[-1]
     f32 = jnp.float32
-    offsets = jnp.arange(-r, r + 1, dtype=jnp.int32)[None, :, None]
-    rows, cols = ar[:, None] + offsets, ac[:, None] + offsets  # int32[N, S, E]
+    rows, cols = _ego_window(cfg, ar, ac)  # int32[N, S, E]
     row_inside, col_inside = (rows >= 0) & (rows < k), (cols >= 0) & (cols < k)
     # Each channel in a region of its own: fused into the concatenation below, every output
     # element would evaluate its channel's fold through a chain of index tests.
