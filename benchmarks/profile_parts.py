@@ -8,17 +8,17 @@ whatever cores the process may use (pin it for figures that compare: ``taskset -
   steps into their episodes: the whole step (``step_kernel``), the count of pushers ahead of
   every agent in one push phase, one push phase (RIGHT) and the movement phase, each with
   the kernel the step itself picks for that phase;
-* ``observe``: one environment at n = 256 (``env.step`` whole, the step rules, the egocentric
-  observation, the reward), and the egocentric view's block-weight channel both ways (the fold
-  over blocks and the contraction over blocks, ``observations._ego_weight_channel``) at a few
-  team sizes and batches on either side of the thresholds that choose between them;
+* ``observe``: one environment at n = 256: ``env.step`` whole, the step rules, the egocentric
+  observation and the reward;
 * ``update``: one IPPO update of the default preset (``configs/ippo.yaml``) on the
   n-curriculum at n = 4 with one seed: the rollout (``PPO.collect``: num_steps steps of
   num_envs environments, actor, critic, sampling, the wrapped environment step and the
   shaping), the whole update (the rollout, GAE and update_epochs passes over shuffled
   minibatches), one epoch's shuffle and split into minibatches, one minibatch step (the
-  loss's gradient and the Adam step), and two parts of the rollout for a batch of 4096
-  states: the preset's shaping potential and the environment step.
+  loss's gradient and the Adam step), and two parts of the rollout for a batch of as many
+  states as the rollout visits (4096 for the preset): the preset's shaping potential and the environment step; then the whole update per
+  seed of a program that trains one seed or ``--seeds`` seeds at once, the seeds vmapped and
+  mapped one after another (``train.seed_axis``). ``--set KEY=VALUE`` overrides the preset.
 
     taskset -c 0 env XLA_FLAGS=--xla_cpu_multi_thread_eigen=false python benchmarks/profile_parts.py \\
         --before benchmarks/results/profile_parts_before.json --doc
@@ -102,9 +102,6 @@ def profile_step(n: int, envs: int, rounds: int) -> list:
 
 # (n, envs) of the weight-channel comparison: one to eight environments at n = 256, a training
 # batch at n = 64, and one environment at n = 32 (three blocks)
-WEIGHT_CASES = ((256, 1), (256, 2), (256, 4), (256, 8), (64, 256), (32, 1))
-
-
 def profile_observe(rounds: int) -> list:
     import jax
     import jax.numpy as jnp
@@ -127,26 +124,10 @@ def profile_observe(rounds: int) -> list:
         ("reward and flags", jax.jit(lambda s, d: E.reward_and_flags(cfg, s, d)), (state, delivered)),
     ]
     rows = [{"group": label, "piece": name, "ms": _timed(fn, *args, rounds=rounds)} for name, fn, args in pieces]
-    for n, envs in WEIGHT_CASES:
-        case = cube_jax.make(n=n, observation="egocentric")
-        states = _visited(case, envs)
-        lead = states.t.shape
-        pos, bpos = D.env_last(states.agent_pos, lead, 2), D.env_last(states.block_pos, lead, 2)
-        w, alive = D.env_last(states.block_weight, lead, 1), D.env_last(states.block_alive, lead, 1)
-        spans = O._ego_block_spans(*O._ego_window(case.cfg, pos[:, 0], pos[:, 1]), bpos[:, 0], bpos[:, 1], w, alive)
-        group = f"egocentric block-weight channel, n = {n} ({case.num_blocks} blocks), {envs} env(s)"
-        saved = O.EGO_CONTRACT_MIN_BLOCKS, O.EGO_CONTRACT_MAX_ENVS
-        for piece, limits in (("fold over blocks", (10**9, 0)), ("contraction over blocks", (0, 10**9))):
-            O.EGO_CONTRACT_MIN_BLOCKS, O.EGO_CONTRACT_MAX_ENVS = limits
-            try:  # the thresholds are read while tracing, which _timed does first
-                ms = _timed(jax.jit(lambda r, c, w: O._ego_weight_channel(r, c, w)), *spans, w, rounds=rounds)
-            finally:
-                O.EGO_CONTRACT_MIN_BLOCKS, O.EGO_CONTRACT_MAX_ENVS = saved
-            rows.append({"group": group, "piece": piece, "ms": ms})
     return rows
 
 
-def profile_update(rounds: int) -> tuple:
+def profile_update(rounds: int, overrides=(), seeds: int = 4) -> tuple:
     import jax
     import jax.numpy as jnp
 
@@ -154,29 +135,41 @@ def profile_update(rounds: int) -> tuple:
     from cube_jax.rl import config as C
     from cube_jax.rl.ppo import PPO
     from cube_jax.rl.shaping import ShapingWrapper
+    from cube_jax.rl.trainer import over_seeds
 
-    config = C.build("ippo", overrides=["env.scenario=null", "env.n=4", "num_seeds=1"])
+    config = C.build("ippo", overrides=["env.scenario=null", "env.n=4", "num_seeds=1", *overrides])
     ppo = PPO(config)
     runner = jax.jit(ppo.init)(jax.random.PRNGKey(0))
     t, shaping = config.train, config.shaping
     env = cube_jax.make(n=4)
     shaped = ShapingWrapper(env, t.gamma, shaping.align_weight, shaping.reach_weight)
-    states, _ = jax.vmap(env.reset)(jax.random.split(jax.random.PRNGKey(1), 4096))
-    stay = jnp.zeros((4096, 4), jnp.int32)
+    visited = t.num_envs * t.num_steps
+    states, _ = jax.vmap(env.reset)(jax.random.split(jax.random.PRNGKey(1), visited))
+    stay = jnp.zeros((visited, 4), jnp.int32)
     label = f"IPPO update, n = 4, {t.num_envs} envs x {t.num_steps} steps, one seed"
     _, _, samples = jax.jit(ppo.collect)(runner)
     minibatches = jax.jit(ppo.minibatches)(jax.random.PRNGKey(2), samples)
     first = jax.tree.map(lambda x: x[0], minibatches)
+    coefs = (ppo.learning_rate(runner.update, ppo.num_updates), ppo.entropy_coef(runner.update, ppo.num_updates))
     pieces = [
         ("rollout (collect)", jax.jit(ppo.collect), (runner,)),
         ("shuffle and split into minibatches (one epoch)", jax.jit(ppo.minibatches), (jax.random.PRNGKey(2), samples)),
-        ("one minibatch step (gradient and Adam)", jax.jit(lambda c, b: ppo._minibatch_step(c, b, t.lr)),
+        ("one minibatch step (gradient and Adam)", jax.jit(lambda c, b: ppo._minibatch_step(c, b, coefs)),
          ((runner.params, runner.opt_state), first)),
         ("whole update", jax.jit(ppo.update), (runner,)),
-        ("shaping potential, 4096 states", jax.jit(jax.vmap(shaped.potential)), (states,)),
-        ("environment step, 4096 states", jax.jit(jax.vmap(env.step)), (states, stay)),
+        (f"shaping potential, {visited} states", jax.jit(jax.vmap(shaped.potential)), (states,)),
+        (f"environment step, {visited} states", jax.jit(jax.vmap(env.step)), (states, stay)),
     ]
     rows = [{"group": label, "piece": name, "ms": _timed(fn, *args, rounds=rounds)} for name, fn, args in pieces]
+    # The seeds of one run share each jitted call (train.seed_axis): batched into every
+    # operation, or one after another; per seed, against the unbatched "whole update" above.
+    update = lambda r: ppo.update(r, ppo.num_updates)  # noqa: E731
+    group = f"IPPO update, n = 4, {t.num_envs} envs x {t.num_steps} steps, per seed of a program of S seeds"
+    for count in sorted({1, seeds}):
+        runners = jax.jit(jax.vmap(ppo.init))(jax.random.split(jax.random.PRNGKey(3), count))
+        for how, piece in (("vmap", "vmapped over the seeds"), ("map", "one seed after another (lax.map)")):
+            ms = _timed(jax.jit(over_seeds(update, how)), runners, rounds=rounds) / count
+            rows.append({"group": group, "piece": f"whole update, S = {count}, {piece}", "ms": ms})
     return rows, ppo.steps_per_update
 
 
@@ -237,6 +230,9 @@ def main(argv=None) -> int:
     parser.add_argument("--envs", type=int, default=1024, help="batch of the step's pieces (default 1024)")
     parser.add_argument("--rounds", type=int, default=7, help="rounds per piece; the median is reported")
     parser.add_argument("--sections", default="step,update", help="comma-separated: step, observe, update")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                        help="update only: a config override of the IPPO preset (repeatable)")
+    parser.add_argument("--seeds", type=int, default=4, help="update only: seeds of the per-seed rows (default 4)")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     parser.add_argument("--before", type=Path, help="this script's JSON from an earlier checkout")
     parser.add_argument("--doc", action="store_true", help="rewrite the generated block of docs/performance.md")
@@ -245,17 +241,24 @@ def main(argv=None) -> int:
     unknown = sorted(set(sections) - {"step", "observe", "update"})
     if unknown:
         parser.error(f"--sections: unknown {', '.join(unknown)}; choose from step, observe, update")
-    if args.n < 1 or args.envs < 1 or args.rounds < 1:
-        parser.error("--n, --envs and --rounds must be at least 1")
+    if args.n < 1 or args.envs < 1 or args.rounds < 1 or args.seeds < 1:
+        parser.error("--n, --envs, --rounds and --seeds must be at least 1")
+    if args.overrides and "update" in sections:
+        from cube_jax.rl import config as C
+
+        try:  # a bad override stops here, before anything is timed
+            C.build("ippo", overrides=["env.scenario=null", "env.n=4", "num_seeds=1", *args.overrides])
+        except C.ConfigError as err:
+            parser.error(f"--set: {err}")
     data = {"machine": _machine(), "pieces": [], "env_steps_per_update": None}
     if "step" in sections:
         data["pieces"] += profile_step(args.n, args.envs, args.rounds)
         print(f"  timed the step's pieces at n = {args.n}", flush=True)
     if "observe" in sections:
         data["pieces"] += profile_observe(args.rounds)
-        print("  timed one environment's step at n = 256 and the weight channel both ways", flush=True)
+        print("  timed one environment's step at n = 256", flush=True)
     if "update" in sections:
-        rows, data["env_steps_per_update"] = profile_update(args.rounds)
+        rows, data["env_steps_per_update"] = profile_update(args.rounds, args.overrides, args.seeds)
         data["pieces"] += rows
         print("  timed the IPPO update's pieces", flush=True)
     if args.before:

@@ -56,11 +56,8 @@ def visited_states(env, seed: int, envs: int, steps: int):
 
 @pytest.mark.parametrize("n, radius, grid_path", [(4, 3, False), (6, 2, False), (5, 3, True)])
 def test_egocentric_view_matches_its_definition(monkeypatch, n, radius, grid_path):
-    if grid_path:  # the paths of large teams, on a small team: the occupancy grid of agents and
-        # the weight channel contracted over blocks (alone, and the batch of 6 too)
+    if grid_path:  # the occupancy-grid path of large teams, on a small team
         monkeypatch.setattr(observations, "EGO_FOLD_MAX_AGENTS", 0)
-        monkeypatch.setattr(observations, "EGO_CONTRACT_MIN_BLOCKS", 0)
-        monkeypatch.setattr(observations, "EGO_CONTRACT_MAX_ENVS", 6)
     env = cube_jax.make(n=n, observation="egocentric", view_radius=radius, max_steps=200)
     states = visited_states(env, seed=n, envs=6, steps=25)
     batched = np.asarray(jax.jit(jax.vmap(env.observe))(states))

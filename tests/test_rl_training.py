@@ -407,7 +407,8 @@ def test_make_train_is_deterministic_and_matches_the_sharded_driver():
     * ``jax.vmap(make_train(config))`` over two seeds gives the same metrics twice, and
       different metrics for the two seeds;
     * the chunked driver (:class:`Session`) with the env batch sharded over a 2-device mesh
-      gives the single-device ``make_train`` metrics, up to float tolerance;
+      gives the single-device ``make_train`` metrics, up to float tolerance, with its seeds
+      mapped one after another (``train.seed_axis``'s CPU default) and vmapped;
     * a partial last chunk reuses the compiled chunk program (no second compile).
     """
     script = textwrap.dedent(
@@ -425,7 +426,12 @@ def test_make_train_is_deterministic_and_matches_the_sharded_driver():
         runner, sharded = session.run_updates(session.init(), 3)  # {{name: [updates, seeds]}}
         devices = len(runner.obs.sharding.device_set)
         runner, partial = session.run_updates(runner, 1)
+        vmapped = Session(C.build("mappo", overrides={TINY!r} + ["num_seeds=2", "train.num_devices=2",
+                                                                "train.seed_axis=vmap"]))
+        vmapped = vmapped.run_updates(vmapped.init(), 3)[1]
         out = {{
+            "seed_axis": session.seed_axis,
+            "vmapped": {{k: np.asarray(v).T.tolist() for k, v in jax.device_get(vmapped).items()}},
             "first": {{k: np.asarray(v).tolist() for k, v in first.items()}},
             "second": {{k: np.asarray(v).tolist() for k, v in second.items()}},
             "sharded": {{k: np.asarray(v).T.tolist() for k, v in jax.device_get(sharded).items()}},
@@ -449,9 +455,11 @@ def test_make_train_is_deterministic_and_matches_the_sharded_driver():
         np.testing.assert_array_equal(np.asarray(first[name], float), np.asarray(second[name], float), err_msg=name)
     assert not np.allclose(first["policy_loss"][0], first["policy_loss"][1])  # the seeds differ
     assert out["devices"] == 2
+    assert out["seed_axis"] == "map"
     for name in first:
-        np.testing.assert_allclose(np.asarray(sharded[name], float), np.asarray(first[name], float), rtol=1e-4,
-                                   atol=1e-5, err_msg=name)
+        for driver in (sharded, out["vmapped"]):
+            np.testing.assert_allclose(np.asarray(driver[name], float), np.asarray(first[name], float), rtol=1e-4,
+                                       atol=1e-5, err_msg=name)
     assert out["partial_shape"] == [1, 2]  # one update, two seeds
     assert out["chunk_programs"] == 1
     assert out["updates_done"] == [4, 4]

@@ -155,26 +155,11 @@ def _ego_block_spans(rows, cols, br, bc, w, alive) -> tuple:
     return in_rows, in_cols
 
 
-# Many blocks and a small batch (the one environment of an adapter or a language agent, at a
-# large n): the weight channel as one contraction over blocks instead of a fold of B passes. With
-# one environment or a few, the fold's innermost axis (environments) is too short to vectorise and
-# each pass runs element by element; with more environments the fold vectorises over them and is
-# the faster, and with few blocks the two are alike. Measured both ways by
-# `benchmarks/profile_parts.py --sections observe` (docs/performance.md, "One environment at
-# n = 256").
-EGO_CONTRACT_MIN_BLOCKS = 17
-EGO_CONTRACT_MAX_ENVS = 2
-
-
 def _ego_weight_channel(in_rows, in_cols, w) -> jax.Array:
-    """float32[N, S, S, E]: weight of the alive block covering each window cell, else 0."""
+    """float32[N, S, S, E]: weight of the alive block covering each window cell, else 0,
+    from the spans of :func:`_ego_block_spans`, one pass per block."""
     n, b, size, e = in_rows.shape
     wf = w.astype(jnp.float32)
-    if b >= EGO_CONTRACT_MIN_BLOCKS and e <= EGO_CONTRACT_MAX_ENVS:
-        # blocks never overlap, so each cell's sum has at most one non-zero term: exact
-        row_weight = jnp.where(in_rows, wf[None, :, None, :], 0.0)
-        return jnp.einsum("nbie,nbje->nije", row_weight, in_cols.astype(jnp.float32),
-                          precision=jax.lax.Precision.HIGHEST)
     weight = jnp.zeros((n, size, size, e), jnp.float32)
     for j in range(b):  # blocks never overlap: at most one term is non-zero
         weight = weight + jnp.where(in_rows[:, j, :, None] & in_cols[:, j, None, :], wf[j], 0.0)

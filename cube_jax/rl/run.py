@@ -3,8 +3,8 @@
 The driver knows a :class:`~cube_jax.rl.trainer.Trainer` only through its interface
 (``TRAINERS`` maps ``config.algo`` to one; IPPO and MAPPO are :class:`~cube_jax.rl.ppo.PPO`).
 Updates run in jitted chunks of ``train.updates_per_call``, each chunk
-:func:`~cube_jax.rl.trainer.update_chunk` (the program ``make_train`` runs) vmapped over
-every seed, so progress shows while it runs and a checkpoint can be written between
+:func:`~cube_jax.rl.trainer.update_chunk` (the program ``make_train`` runs) over every
+seed (vmapped, or one seed after another on the CPU: ``train.seed_axis``), so progress shows while it runs and a checkpoint can be written between
 chunks. Every chunk is one compiled program: a partial last chunk skips its surplus
 updates with ``lax.cond`` instead of compiling a shorter scan. The env batch is sharded
 over a 1-D device mesh (axis ``"env"``); the rest of the state is replicated. With
@@ -34,7 +34,7 @@ from cube_jax.rl import checkpoint, outputs, transfer
 from cube_jax.rl.config import Config
 from cube_jax.rl.ppo import PPO
 from cube_jax.rl.pqn import PQN
-from cube_jax.rl.trainer import Trainer, update_chunk
+from cube_jax.rl.trainer import Trainer, over_seeds, seed_axis, update_chunk
 
 log = logging.getLogger(__name__)
 
@@ -150,7 +150,8 @@ class Session:
         self.mesh = mesh if mesh is not None else make_mesh(config)
         self.num_seeds = config.num_seeds
         self.keys = jax.random.split(jax.random.PRNGKey(config.seed), self.num_seeds)
-        init = jax.vmap(self.trainer.init)
+        self.seed_axis = seed_axis(config.train.seed_axis)
+        init = over_seeds(self.trainer.init, self.seed_axis)
         abstract = jax.eval_shape(init, self.keys)
         self.shardings = state_shardings(self.mesh, self.trainer, abstract)
         self.abstract = jax.tree.map(
@@ -164,14 +165,15 @@ class Session:
             out_shardings=(self.shardings, self.replicated), donate_argnums=0,
         )
         # replicated: every process of a distributed run gets the whole evaluation
-        self._evaluate = jax.jit(jax.vmap(self._evaluate_fn, in_axes=(0, 0)), out_shardings=self.replicated)
+        self._evaluate = jax.jit(over_seeds(self._evaluate_fn, self.seed_axis), out_shardings=self.replicated)
 
     def init(self):
         return self._init(self.keys)
 
     def _chunk_fn(self, state, active: jax.Array, num_updates: jax.Array):
         """Every seed's :func:`update_chunk`; metrics come back as ``{name: [updates_per_call, seeds]}``."""
-        chunk = jax.vmap(lambda s: update_chunk(self.trainer, s, active, num_updates, self.updates_per_call))
+        chunk = over_seeds(lambda s: update_chunk(self.trainer, s, active, num_updates, self.updates_per_call),
+                           self.seed_axis)
         state, metrics = chunk(state)
         return state, jax.tree.map(lambda m: jnp.swapaxes(m, 0, 1), metrics)
 
