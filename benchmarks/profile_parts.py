@@ -16,9 +16,10 @@ whatever cores the process may use (pin it for figures that compare: ``taskset -
   shaping), the whole update (the rollout, GAE and update_epochs passes over shuffled
   minibatches), one epoch's shuffle and split into minibatches, one minibatch step (the
   loss's gradient and the Adam step), and two parts of the rollout for a batch of as many
-  states as the rollout visits (4096 for the preset): the preset's shaping potential and the environment step; then the whole update per
-  seed of a program that trains one seed or ``--seeds`` seeds at once, the seeds vmapped and
-  mapped one after another (``train.seed_axis``). ``--set KEY=VALUE`` overrides the preset.
+  states as the rollout visits (4096 for the preset): the preset's shaping potential and the
+  environment step; then the whole update per seed of a program that trains one seed or
+  ``--seeds`` seeds at once, the seeds vmapped and mapped one after another
+  (``train.seed_axis``). ``--set KEY=VALUE`` overrides the preset.
 
     taskset -c 0 env XLA_FLAGS=--xla_cpu_multi_thread_eigen=false python benchmarks/profile_parts.py \\
         --before benchmarks/results/profile_parts_before.json --doc
@@ -100,8 +101,6 @@ def profile_step(n: int, envs: int, rounds: int) -> list:
     return [{"group": label, "piece": name, "ms": _timed(fn, *args, rounds=rounds)} for name, fn, args in pieces]
 
 
-# (n, envs) of the weight-channel comparison: one to eight environments at n = 256, a training
-# batch at n = 64, and one environment at n = 32 (three blocks)
 def profile_observe(rounds: int) -> list:
     import jax
     import jax.numpy as jnp
@@ -109,7 +108,6 @@ def profile_observe(rounds: int) -> list:
     import cube_jax
     from cube_jax.core import dynamics as D
     from cube_jax.core import env as E
-    from cube_jax.core import observations as O
 
     env = cube_jax.make(n=256, observation="egocentric")
     cfg = env.cfg
@@ -127,17 +125,27 @@ def profile_observe(rounds: int) -> list:
     return rows
 
 
+# The update section's world: the n-curriculum at n = 4, one seed (--set adds to it).
+UPDATE_OVERRIDES = ("env.scenario=null", "env.n=4", "num_seeds=1")
+
+
+def update_config(overrides=()):
+    """The IPPO preset profiled by the update section, with ``overrides`` after its own."""
+    from cube_jax.rl import config as C
+
+    return C.build("ippo", overrides=[*UPDATE_OVERRIDES, *overrides])
+
+
 def profile_update(rounds: int, overrides=(), seeds: int = 4) -> tuple:
     import jax
     import jax.numpy as jnp
 
     import cube_jax
-    from cube_jax.rl import config as C
     from cube_jax.rl.ppo import PPO
     from cube_jax.rl.shaping import ShapingWrapper
     from cube_jax.rl.trainer import over_seeds
 
-    config = C.build("ippo", overrides=["env.scenario=null", "env.n=4", "num_seeds=1", *overrides])
+    config = update_config(overrides)
     ppo = PPO(config)
     runner = jax.jit(ppo.init)(jax.random.PRNGKey(0))
     t, shaping = config.train, config.shaping
@@ -247,7 +255,7 @@ def main(argv=None) -> int:
         from cube_jax.rl import config as C
 
         try:  # a bad override stops here, before anything is timed
-            C.build("ippo", overrides=["env.scenario=null", "env.n=4", "num_seeds=1", *args.overrides])
+            update_config(args.overrides)
         except C.ConfigError as err:
             parser.error(f"--set: {err}")
     data = {"machine": _machine(), "pieces": [], "env_steps_per_update": None}

@@ -62,8 +62,8 @@ def over_seeds(fn, how: str):
     ``lax.map``). Both return the same tree with the seed axis first.
 
     On the CPU the second is the faster: one IPPO update of the default preset at n = 4 took
-    about 1.3 times as long per seed vmapped over four seeds as mapped over them, and vmapped
-    over one seed 1.4 times as long as unbatched (docs/performance.md, "The IPPO update").
+    about 1.4 times as long per seed vmapped over four seeds as mapped over them, and 1.7 times
+    as long vmapped over one seed (docs/performance.md, "Seeds one after another").
     """
     how = seed_axis(how)
     if how == "vmap":
