@@ -2,6 +2,22 @@
 from __future__ import annotations
 
 
+def cpu_model() -> str:
+    """The processor's name as the kernel reports it (``model name`` of /proc/cpuinfo), or
+    ``platform.processor()`` elsewhere: shared machines change kind from one day to the next,
+    and a figure is only comparable with others from the same kind."""
+    import platform
+
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
 def markdown_table(title: str, rows: list, columns: list) -> str:
     """``rows`` (dicts) as a Markdown table under a ``##`` title; floats to 3 significant digits."""
     lines = [f"\n## {title}", "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]

@@ -19,7 +19,16 @@ whatever cores the process may use (pin it for figures that compare: ``taskset -
   states as the rollout visits (4096 for the preset): the preset's shaping potential and the
   environment step; then the whole update per seed of a program that trains one seed or
   ``--seeds`` seeds at once, the seeds vmapped and mapped one after another
-  (``train.seed_axis``). ``--set KEY=VALUE`` overrides the preset.
+  (``train.seed_axis``). ``--set KEY=VALUE`` overrides the preset;
+* ``thunks``: the same update whole under ``jax.profiler`` (XLA's CPU runtime tracing each
+  thunk: ``--xla_cpu_enable_xprof_traceme``, added to XLA_FLAGS when this section is asked
+  for): every thunk's time summed over the threads that ran it, per update, by the part of
+  the update its ops are in (PPO's named scopes ``rollout``, ``values_and_gae``, ``shuffle``
+  and ``minibatch_step``), and the largest thunks with their ops and how much of their time
+  one thread ran. Its own JSON keeps it apart from the timed pieces:
+
+    python benchmarks/profile_parts.py --sections thunks --rounds 20 \\
+        --out benchmarks/results/profile_thunks.json --doc
 
     taskset -c 0 env XLA_FLAGS=--xla_cpu_multi_thread_eigen=false python benchmarks/profile_parts.py \\
         --before benchmarks/results/profile_parts_before.json --doc
@@ -33,6 +42,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 import time
 from pathlib import Path
@@ -181,14 +191,124 @@ def profile_update(rounds: int, overrides=(), seeds: int = 4) -> tuple:
     return rows, ppo.steps_per_update
 
 
+THUNK_FLAG = "--xla_cpu_enable_xprof_traceme=true"
+PARTS = ("rollout", "values_and_gae", "shuffle", "minibatch_step")  # PPO's named scopes
+OUTSIDE = "outside the scopes"  # the part of ops in none of them, and of copies the compiler added
+# A control-flow thunk's traced span covers some of the thunks it runs, which are traced
+# (and counted) themselves; these are left out of the sums.
+CONTROL_FLOW = ("while", "conditional", "call")
+_PART = re.compile(r"(?:^|/)(" + "|".join(PARTS) + r")(?:/|$)")
+_INSTRUCTION = re.compile(r"^\s*(?:ROOT )?%?([\w.\-]+) = (.*)$")
+
+
+def _instructions(hlo_text: str) -> dict:
+    """{instruction name: (opcode, op_name metadata or "")} of a compiled module's text."""
+    found = {}
+    for line in hlo_text.splitlines():
+        m = _INSTRUCTION.match(line)
+        if m:
+            opcode = re.search(r"\s([a-z][\w\-]*)\(", " " + m.group(2))
+            op_name = re.search(r'metadata=\{op_name="([^"]*)"', line)
+            found[m.group(1)] = (opcode.group(1) if opcode else "?", op_name.group(1) if op_name else "")
+    return found
+
+
+def _short(op_name: str) -> str:
+    """An op_name without the jit and loop-body wrappers, at most 80 characters."""
+    text = re.sub(r"(jit\(\w+\)/|while/body/|closed_call/|checkpoint/)", "", op_name)
+    return text if len(text) <= 80 else "..." + text[-77:]
+
+
+def profile_thunks(rounds: int, overrides=(), top: int = 15) -> dict:
+    """One IPPO update (the update section's preset) under ``jax.profiler``: the time of every
+    thunk of the compiled program (control flow left out: CONTROL_FLOW), summed over the
+    threads that ran it, per update, and by the part of the update its ops belong to (PPO's
+    named scopes, PARTS). Needs XLA_FLAGS to hold THUNK_FLAG before JAX starts (``main`` sets
+    it when this section is asked for)."""
+    import collections
+    import tempfile
+
+    import jax
+
+    from cube_jax.rl.ppo import PPO
+
+    if THUNK_FLAG not in os.environ.get("XLA_FLAGS", ""):
+        raise RuntimeError(f"the thunks section needs XLA_FLAGS={THUNK_FLAG} set before JAX starts")
+    ppo = PPO(update_config(overrides))
+    runner = jax.jit(ppo.init)(jax.random.PRNGKey(0))
+    compiled = jax.jit(ppo.update).lower(runner).compile()
+    instructions = _instructions(compiled.as_text())
+    for _ in range(3):
+        jax.block_until_ready(compiled(runner))
+    totals, calls = collections.Counter(), collections.Counter()
+    per_thread = collections.defaultdict(collections.Counter)
+    with tempfile.TemporaryDirectory() as folder:
+        jax.profiler.start_trace(folder)
+        start = time.perf_counter()
+        for _ in range(rounds):
+            jax.block_until_ready(compiled(runner))
+        wall = (time.perf_counter() - start) / rounds
+        jax.profiler.stop_trace()
+        trace = next(Path(folder).rglob("*.xplane.pb"))
+        profile = jax.profiler.ProfileData.from_file(str(trace))
+        for plane in profile.planes:
+            for line in plane.lines:
+                for event in line.events:
+                    if event.name in instructions and instructions[event.name][0] not in CONTROL_FLOW:
+                        totals[event.name] += event.duration_ns
+                        calls[event.name] += 1
+                        per_thread[event.name][line.name] += event.duration_ns
+    if not totals:
+        raise RuntimeError("the profile holds no thunk of the update: was XLA_FLAGS set before JAX started?")
+    parts = collections.Counter()
+    thunks = []
+    for name, ns in totals.items():
+        opcode, op_name = instructions[name]
+        part = _PART.search(op_name)
+        part = part.group(1) if part else OUTSIDE
+        parts[part] += ns
+        thunks.append({"thunk": name, "opcode": opcode, "part": part, "what": _short(op_name),
+                       "calls": calls[name] / rounds, "ms": ns / rounds / 1e6,
+                       "busiest_thread_share": max(per_thread[name].values()) / ns})
+    thunks.sort(key=lambda t: -t["ms"])
+    total = sum(totals.values()) / rounds / 1e6
+    t = ppo.train_cfg
+    return {
+        "label": f"IPPO update, n = 4, {t.num_envs} envs x {t.num_steps} steps, one seed",
+        "rounds": rounds, "wall_ms_per_update": wall * 1e3, "thunk_ms_per_update": total,
+        "thunk_count": len(thunks),
+        "parts": [{"part": k, "ms": v / rounds / 1e6, "share": v / rounds / 1e6 / total}
+                  for k, v in parts.most_common()],
+        "top": thunks[:top],
+    }
+
+
+def render_thunks(th: dict) -> list:
+    lines = ["", f"Thunks of {th['label']} (`--sections thunks`, {th['rounds']} updates traced): "
+             f"{th['wall_ms_per_update']:.1f} ms of wall time per update while traced, "
+             f"{th['thunk_ms_per_update']:.1f} ms of thunk time summed over the threads, "
+             f"{th['thunk_count']} thunks (control flow left out: its traced span covers thunks counted "
+             "on their own).", "",
+             "| part of the update | thunk time per update | share |", "| --- | --- | --- |"]
+    lines += [f"| {p['part']} | {p['ms']:.2f} ms | {p['share']:.0%} |" for p in th["parts"]]
+    lines += ["", "| thunk | part | ops (op_name) | calls per update | time per update | on its busiest thread |",
+              "| --- | --- | --- | --- | --- | --- |"]
+    lines += [f"| {t['thunk']} ({t['opcode']}) | {t['part']} | `{t['what']}` | {t['calls']:g} | {t['ms']:.2f} ms | "
+              f"{t['busiest_thread_share']:.0%} |" for t in th["top"]]
+    return lines
+
+
 def _machine() -> dict:
     import jax
+
+    from bench_common import cpu_model
 
     return {
         "date": time.strftime("%Y-%m-%d %H:%M"),
         "jax": jax.__version__,
         "backend": jax.default_backend(),
         "cpus_usable": len(os.sched_getaffinity(0)),
+        "cpu_model": cpu_model(),
         "xla_flags": os.environ.get("XLA_FLAGS", ""),
         "load_average": os.getloadavg()[0],
     }
@@ -203,13 +323,16 @@ def render(data: dict) -> str:
     m = data["machine"]
     before = data.get("before")
     lines = [
-        f"Run of {m['date']}: JAX {m['jax']}, backend `{m['backend']}`, {m['cpus_usable']} usable core(s), "
+        f"Run of {m['date']}: JAX {m['jax']}, backend `{m['backend']}`, {m['cpus_usable']} usable core(s)"
+        + (f" (CPU: {m['cpu_model']})" if m.get("cpu_model") else "") + ", "
         f"XLA_FLAGS `{m['xla_flags'] or '(none)'}`, load average {m['load_average']:.1f}"
         + (f"; before: `{before['source']}`, run of {before['machine']['date']} ({before['machine']['cpus_usable']} "
            f"usable core(s), load average {before['machine']['load_average']:.1f})." if before else "."),
         "",
     ]
     old = {(r["group"], r["piece"]): r["ms"] for r in before["pieces"]} if before else {}
+    if not data["pieces"]:
+        return "\n".join(lines + render_thunks(data["thunks"])[1:]) + "\n"
     if before:
         lines += ["| what | piece | before | after | after / before |", "| --- | --- | --- | --- | --- |"]
     else:
@@ -228,6 +351,8 @@ def render(data: dict) -> str:
         if before and _rate(before) is not None:
             text += f" (before: {_rate(before):.3g})"
         lines += ["", text + "."]
+    if "thunks" in data:
+        lines += render_thunks(data["thunks"])
     return "\n".join(lines) + "\n"
 
 
@@ -237,7 +362,7 @@ def main(argv=None) -> int:
     parser.add_argument("--n", type=int, default=256, help="team size of the step's pieces (default 256)")
     parser.add_argument("--envs", type=int, default=1024, help="batch of the step's pieces (default 1024)")
     parser.add_argument("--rounds", type=int, default=7, help="rounds per piece; the median is reported")
-    parser.add_argument("--sections", default="step,update", help="comma-separated: step, observe, update")
+    parser.add_argument("--sections", default="step,update", help="comma-separated: step, observe, update, thunks")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="update only: a config override of the IPPO preset (repeatable)")
     parser.add_argument("--seeds", type=int, default=4, help="update only: seeds of the per-seed rows (default 4)")
@@ -246,18 +371,21 @@ def main(argv=None) -> int:
     parser.add_argument("--doc", action="store_true", help="rewrite the generated block of docs/performance.md")
     args = parser.parse_args(argv)
     sections = [s.strip() for s in args.sections.split(",") if s.strip()]
-    unknown = sorted(set(sections) - {"step", "observe", "update"})
+    unknown = sorted(set(sections) - {"step", "observe", "update", "thunks"})
     if unknown:
-        parser.error(f"--sections: unknown {', '.join(unknown)}; choose from step, observe, update")
+        parser.error(f"--sections: unknown {', '.join(unknown)}; choose from step, observe, update, thunks")
     if args.n < 1 or args.envs < 1 or args.rounds < 1 or args.seeds < 1:
         parser.error("--n, --envs, --rounds and --seeds must be at least 1")
-    if args.overrides and "update" in sections:
+    if args.overrides and {"update", "thunks"} & set(sections):
         from cube_jax.rl import config as C
 
         try:  # a bad override stops here, before anything is timed
             update_config(args.overrides)
         except C.ConfigError as err:
             parser.error(f"--set: {err}")
+    if "thunks" in sections and THUNK_FLAG not in os.environ.get("XLA_FLAGS", ""):
+        # read when JAX's CPU backend starts, which has not happened yet in this process
+        os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + THUNK_FLAG).strip()
     data = {"machine": _machine(), "pieces": [], "env_steps_per_update": None}
     if "step" in sections:
         data["pieces"] += profile_step(args.n, args.envs, args.rounds)
@@ -269,6 +397,9 @@ def main(argv=None) -> int:
         rows, data["env_steps_per_update"] = profile_update(args.rounds, args.overrides, args.seeds)
         data["pieces"] += rows
         print("  timed the IPPO update's pieces", flush=True)
+    if "thunks" in sections:
+        data["thunks"] = profile_thunks(args.rounds, args.overrides)
+        print("  profiled the IPPO update's thunks", flush=True)
     if args.before:
         before = json.loads(args.before.read_text())
         before.pop("before", None)

@@ -53,7 +53,7 @@ import numpy as np
 import cube_jax
 from cube_jax.core.wrappers import AutoResetWrapper
 
-from bench_common import markdown_table
+from bench_common import cpu_model, markdown_table
 
 ROOT = Path(__file__).resolve().parents[1]
 ACTION_TABLE = 16  # rollouts cycle through this many pre-drawn joint actions
@@ -679,7 +679,8 @@ def render_targets(targets: list, latency: list) -> str:
 def render(data: dict) -> str:
     """The tables ``docs/performance.md`` shows between its generated markers for this JSON."""
     m = data["machine"]
-    parts = [f"Run of {m['date']}: JAX {m['jax']}, backend `{m['backend']}`, {m['cpus']} CPUs, load average "
+    cpus = f"{m['cpus']} CPUs" + (f" ({m['cpu_model']})" if m.get("cpu_model") else "")
+    parts = [f"Run of {m['date']}: JAX {m['jax']}, backend `{m['backend']}`, {cpus}, load average "
              f"{m['load_average_at_start'][0]:.1f} at the start and {m['load_average_at_end'][0]:.1f} at the end."]
     if "targets" in data or "latency" in data:
         parts += ["", "#### Targets", "", render_targets(data.get("targets", []), data.get("latency", []))]
@@ -804,7 +805,7 @@ def main(argv=None) -> int:
     quick = args.quick
     steps, repeats = args.steps, args.repeats
     results = {
-        "machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "jax": jax.__version__,
+        "machine": {"platform": platform.platform(), "cpu_model": cpu_model(), "cpus": os.cpu_count(), "jax": jax.__version__,
                     "backend": jax.default_backend(), "devices": [str(d) for d in jax.devices()],
                     "date": time.strftime("%Y-%m-%d %H:%M"), "load_average_at_start": os.getloadavg()},
         "args": {"steps": steps, "repeats": repeats, "quick": quick, "sections": sections},

@@ -31,3 +31,45 @@ def test_a_bad_override_stops_before_anything_is_timed(capsys):
         pp.main(["--sections", "update", "--set", "train.num_envz=8"])
     assert stop.value.code == 2
     assert "train.num_envz" in capsys.readouterr().err
+
+
+def test_instructions_are_read_with_their_opcode_and_op_name():
+    hlo = "\n".join([
+        '  %ynn_fusion.15 = f32[64,64]{1,0} fusion(%a, %b), kind=kCustom, calls=%f.15, '
+        'metadata={op_name="jit(update)/while/body/closed_call/minibatch_step/transpose(jvp(Actor.columns))/io,ib->ob"}',
+        '  %while.691 = (s32[], f32[64]{0}, /*index=2*/f32[45,64]{1,0}) while(%t), condition=%c, body=%b',
+        '  ROOT %tuple.9 = (f32[2]{0}, s32[]) tuple(%x, %y)',
+    ])
+    found = pp._instructions(hlo)
+    assert found["ynn_fusion.15"][0] == "fusion"
+    assert pp._PART.search(found["ynn_fusion.15"][1]).group(1) == "minibatch_step"
+    assert pp._short(found["ynn_fusion.15"][1]) == "minibatch_step/transpose(jvp(Actor.columns))/io,ib->ob"
+    assert found["while.691"] == ("while", "")
+    assert found["tuple.9"][0] == "tuple"
+
+
+def test_the_thunks_section_sums_a_traced_update_by_its_parts(tmp_path):
+    """The section needs its XLA flag before JAX starts: the script runs as a user runs it."""
+    import os
+    import subprocess
+    import sys
+
+    out = tmp_path / "thunks.json"
+    overrides = [f"--set={o}" for o in TINY_PPO if not o.startswith(("eval.", "train.updates_per_call"))]
+    env = {**os.environ, "XLA_FLAGS": "--xla_backend_optimization_level=0"}
+    done = subprocess.run([sys.executable, str(pp.__file__), "--sections", "thunks", "--rounds", "1",
+                           "--out", str(out), *overrides], env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    data = json.loads(out.read_text())
+    th = data["thunks"]
+    assert pp.THUNK_FLAG in data["machine"]["xla_flags"]
+    parts = {p["part"]: p["ms"] for p in th["parts"]}
+    for part in pp.PARTS:  # every named scope of the update ran and was traced
+        assert parts[part] > 0, part
+    assert sum(p["share"] for p in th["parts"]) == pytest.approx(1.0)
+    assert sum(parts.values()) == pytest.approx(th["thunk_ms_per_update"])
+    times = [t["ms"] for t in th["top"]]
+    assert times == sorted(times, reverse=True) and len(times) == 15
+    assert not {t["opcode"] for t in th["top"]} & set(pp.CONTROL_FLOW)
+    assert all(0 < t["busiest_thread_share"] <= 1 for t in th["top"])
+    assert "| minibatch_step |" in pp.render(data) and "Thunks of IPPO update" in done.stdout

@@ -473,8 +473,16 @@ class PPO:
         return {**steps, "hidden": jax.tree.map(lambda x: split(x, 0), samples["hidden"])}  # [E, N, H]
 
     def _epoch(self, carry, key, samples, coefs):
-        minibatches = self.minibatches(key, samples)
-        return jax.lax.scan(lambda c, b: self._minibatch_step(c, b, coefs), carry, minibatches)
+        # The named scopes label the update's parts in a profile (op_name metadata; no change
+        # to the program): benchmarks/profile_parts.py --sections thunks sums time by them.
+        with jax.named_scope("shuffle"):
+            minibatches = self.minibatches(key, samples)
+
+        def step(c, b):
+            with jax.named_scope("minibatch_step"):
+                return self._minibatch_step(c, b, coefs)
+
+        return jax.lax.scan(step, carry, minibatches)
 
     def collect(self, runner: Runner) -> Tuple[Runner, Transition, Dict[str, Any]]:
         """A rollout of num_steps and its GAE: ``(runner, trajectory [T, E, ...], samples)``.
@@ -490,12 +498,14 @@ class PPO:
         # in each step.
         key, k_noise = jax.random.split(runner.key)
         uniform = jax.random.uniform(k_noise, (self.num_steps,) + runner.obs.shape[:2])
-        runner, traj = jax.lax.scan(self._env_step, runner.replace(key=key), uniform)
-        if not self.recurrent:
-            critic_in = traj.obs if self.critic_reads_obs else traj.critic_in
-            traj = traj.replace(value=self.critic.apply(runner.params["critic"], critic_in))  # [T, E, N]
-        last_value = self._last_value(runner)
-        advantage, target = self.advantages(runner.params["critic"], traj, last_value)
+        with jax.named_scope("rollout"):
+            runner, traj = jax.lax.scan(self._env_step, runner.replace(key=key), uniform)
+        with jax.named_scope("values_and_gae"):
+            if not self.recurrent:
+                critic_in = traj.obs if self.critic_reads_obs else traj.critic_in
+                traj = traj.replace(value=self.critic.apply(runner.params["critic"], critic_in))  # [T, E, N]
+            last_value = self._last_value(runner)
+            advantage, target = self.advantages(runner.params["critic"], traj, last_value)
 
         def flat(x):  # [T, E, N, ...] -> [T*E*N, ...]: agents are samples like envs and steps
             return x if self.recurrent else x.reshape((self.batch_size,) + x.shape[3:])
