@@ -146,6 +146,10 @@ def update_config(overrides=()):
     return C.build("ippo", overrides=[*UPDATE_OVERRIDES, *overrides])
 
 
+def _update_label(train) -> str:
+    return f"IPPO update, n = 4, {train.num_envs} envs x {train.num_steps} steps, one seed"
+
+
 def profile_update(rounds: int, overrides=(), seeds: int = 4) -> tuple:
     import jax
     import jax.numpy as jnp
@@ -164,7 +168,7 @@ def profile_update(rounds: int, overrides=(), seeds: int = 4) -> tuple:
     visited = t.num_envs * t.num_steps
     states, _ = jax.vmap(env.reset)(jax.random.split(jax.random.PRNGKey(1), visited))
     stay = jnp.zeros((visited, 4), jnp.int32)
-    label = f"IPPO update, n = 4, {t.num_envs} envs x {t.num_steps} steps, one seed"
+    label = _update_label(t)
     _, _, samples = jax.jit(ppo.collect)(runner)
     minibatches = jax.jit(ppo.minibatches)(jax.random.PRNGKey(2), samples)
     first = jax.tree.map(lambda x: x[0], minibatches)
@@ -274,7 +278,7 @@ def profile_thunks(rounds: int, overrides=(), top: int = 15) -> dict:
     total = sum(totals.values()) / rounds / 1e6
     t = ppo.train_cfg
     return {
-        "label": f"IPPO update, n = 4, {t.num_envs} envs x {t.num_steps} steps, one seed",
+        "label": _update_label(t),
         "rounds": rounds, "wall_ms_per_update": wall * 1e3, "thunk_ms_per_update": total,
         "thunk_count": len(thunks),
         "parts": [{"part": k, "ms": v / rounds / 1e6, "share": v / rounds / 1e6 / total}
@@ -284,7 +288,7 @@ def profile_thunks(rounds: int, overrides=(), top: int = 15) -> dict:
 
 
 def render_thunks(th: dict) -> list:
-    lines = ["", f"Thunks of {th['label']} (`--sections thunks`, {th['rounds']} updates traced): "
+    lines = [f"Thunks of {th['label']} (`--sections thunks`, {th['rounds']} updates traced): "
              f"{th['wall_ms_per_update']:.1f} ms of wall time per update while traced, "
              f"{th['thunk_ms_per_update']:.1f} ms of thunk time summed over the threads, "
              f"{th['thunk_count']} thunks (control flow left out: its traced span covers thunks counted "
@@ -330,13 +334,22 @@ def render(data: dict) -> str:
            f"usable core(s), load average {before['machine']['load_average']:.1f})." if before else "."),
         "",
     ]
+    blocks = []  # the timed pieces' table and the thunks' tables, as the run has them
+    if data["pieces"]:
+        blocks.append(_render_pieces(data, before))
+    if "thunks" in data:
+        blocks.append(render_thunks(data["thunks"]))
+    for i, block in enumerate(blocks):
+        lines += ([""] if i else []) + block
+    return "\n".join(lines) + "\n"
+
+
+def _render_pieces(data: dict, before) -> list:
     old = {(r["group"], r["piece"]): r["ms"] for r in before["pieces"]} if before else {}
-    if not data["pieces"]:
-        return "\n".join(lines + render_thunks(data["thunks"])[1:]) + "\n"
     if before:
-        lines += ["| what | piece | before | after | after / before |", "| --- | --- | --- | --- | --- |"]
+        lines = ["| what | piece | before | after | after / before |", "| --- | --- | --- | --- | --- |"]
     else:
-        lines += ["| what | piece | time |", "| --- | --- | --- |"]
+        lines = ["| what | piece | time |", "| --- | --- | --- |"]
     for r in data["pieces"]:
         if before:
             was = old.get((r["group"], r["piece"]))
@@ -351,9 +364,7 @@ def render(data: dict) -> str:
         if before and _rate(before) is not None:
             text += f" (before: {_rate(before):.3g})"
         lines += ["", text + "."]
-    if "thunks" in data:
-        lines += render_thunks(data["thunks"])
-    return "\n".join(lines) + "\n"
+    return lines
 
 
 def main(argv=None) -> int:
@@ -364,7 +375,7 @@ def main(argv=None) -> int:
     parser.add_argument("--rounds", type=int, default=7, help="rounds per piece; the median is reported")
     parser.add_argument("--sections", default="step,update", help="comma-separated: step, observe, update, thunks")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                        help="update only: a config override of the IPPO preset (repeatable)")
+                        help="update and thunks: a config override of the IPPO preset (repeatable)")
     parser.add_argument("--seeds", type=int, default=4, help="update only: seeds of the per-seed rows (default 4)")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     parser.add_argument("--before", type=Path, help="this script's JSON from an earlier checkout")

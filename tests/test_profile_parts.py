@@ -10,12 +10,13 @@ from tests.bench_scripts import load_benchmark
 from tests.rl_tiny import TINY_PPO
 
 pp = load_benchmark("profile_parts")
+# the tiny preset's keys that an update uses, as --set options
+TINY_UPDATE = [f"--set={o}" for o in TINY_PPO if not o.startswith(("eval.", "train.updates_per_call"))]
 
 
 def test_the_update_section_times_every_piece_and_both_seed_axes(tmp_path, capsys):
     out = tmp_path / "profile.json"
-    overrides = [f"--set={o}" for o in TINY_PPO if not o.startswith(("eval.", "train.updates_per_call"))]
-    assert pp.main(["--sections", "update", "--rounds", "1", "--seeds", "2", "--out", str(out), *overrides]) == 0
+    assert pp.main(["--sections", "update", "--rounds", "1", "--seeds", "2", "--out", str(out), *TINY_UPDATE]) == 0
     data = json.loads(out.read_text())
     assert data["env_steps_per_update"] == 8 * 8
     pieces = {r["piece"]: r["ms"] for r in data["pieces"]}
@@ -55,10 +56,9 @@ def test_the_thunks_section_sums_a_traced_update_by_its_parts(tmp_path):
     import sys
 
     out = tmp_path / "thunks.json"
-    overrides = [f"--set={o}" for o in TINY_PPO if not o.startswith(("eval.", "train.updates_per_call"))]
     env = {**os.environ, "XLA_FLAGS": "--xla_backend_optimization_level=0"}
     done = subprocess.run([sys.executable, str(pp.__file__), "--sections", "thunks", "--rounds", "1",
-                           "--out", str(out), *overrides], env=env, capture_output=True, text=True, timeout=600)
+                           "--out", str(out), *TINY_UPDATE], env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     data = json.loads(out.read_text())
     th = data["thunks"]

@@ -5,11 +5,11 @@ The driver knows a :class:`~cube_jax.rl.trainer.Trainer` only through its interf
 Updates run in jitted chunks of ``train.updates_per_call``, each chunk
 :func:`~cube_jax.rl.trainer.update_chunk` (the program ``make_train`` runs) over every
 seed (vmapped, or one seed after another on the CPU: ``train.seed_axis``), so progress
-shows while it runs and a checkpoint can be written between chunks. Every chunk is one compiled program: a partial last chunk skips its surplus
-updates with ``lax.cond`` instead of compiling a shorter scan. The env batch is sharded
-over a 1-D device mesh (axis ``"env"``); the rest of the state is replicated. With
-``distributed.coordinator`` set, ``jax.distributed`` joins several hosts first and the
-mesh spans all their devices.
+shows while it runs and a checkpoint can be written between chunks. Every chunk is one
+compiled program: a partial last chunk skips its surplus updates with ``lax.cond`` instead
+of compiling a shorter scan. The env batch is sharded over a 1-D device mesh (axis
+``"env"``); the rest of the state is replicated. With ``distributed.coordinator`` set,
+``jax.distributed`` joins several hosts first and the mesh spans all their devices.
 
 Results reach the host through ``fetch(tree, what)`` (default ``jax.device_get``); the
 baseline scripts pass one that guards against a stalled CPU runtime. The driver reports
