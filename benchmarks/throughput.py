@@ -26,8 +26,9 @@ Sections (``--sections``, comma-separated; default all but tiles and device)
   latency     one jitted step of one env (egocentric) at n = 64 and n = 256, best of rounds
               of 100 calls back to back
   tiles       (not in the default) the step rules at TILE_CASES with the batch in tiles of 2, 8
-              and 32 Ki agent slots against one piece, every n tiled, one process per size
-              (python benchmarks/throughput.py --sections tiles --out benchmarks/results/throughput_tiles.json)
+              and 32 Ki agent slots against one piece, every n tiled, in pairs timed back to back
+              in one fresh process (python benchmarks/throughput.py --sections tiles --out
+              benchmarks/results/throughput_tiles.json)
   device      for an accelerator (not in the default): the step rules at DEVICE_NS x DEVICE_ENVS
               (--ns, --sweep-envs override them) and the fresh-layout auto-reset loop at n = 4,
               --steps steps per call, best of --repeats rounds, with the device named
@@ -566,49 +567,58 @@ def render_threads(threads: dict) -> str:
     return "\n".join(lines)
 
 
-# The tile size on a CPU: the step rules at TILE_CASES, one process per tile size (the size is
-# read when the step is traced), every n tiled (TILE_MIN_AGENTS set to 1) so that the rows
-# below dynamics.TILE_MIN_AGENTS show what tiles would cost them.
+# The tile size on a CPU: the step rules at TILE_CASES in tiles of each size against one piece,
+# every n tiled (TILE_MIN_AGENTS set to 1) so that the rows below dynamics.TILE_MIN_AGENTS show
+# what tiles would cost them.
 TILE_CASES = ((4, 4096), (8, 4096), (16, 4096), (32, 1024), (64, 1024), (256, 4096))
 TILE_SETTINGS = (0, 2048, 8192, 32768)  # agent slots per tile; 0: the whole batch in one piece
 
 
-def tiles_child(elements: int, rounds: int) -> dict:
-    """Agent-steps/s of the step rules at TILE_CASES with tiles of ``elements`` agent slots
-    (0: one piece), in this process, set before anything is traced."""
+def tiles_child(rounds: int) -> dict:
+    """Agent-steps/s of the step rules at TILE_CASES in one piece and in tiles of every size
+    of TILE_SETTINGS, all compiled in this process (the tile size is read when the step is
+    traced, so JAX's caches are cleared between sizes) and timed in ``rounds`` rounds: in each,
+    every size right after one piece, the order of the sizes alternating from round to round."""
     from cube_jax.core import dynamics
 
+    saved = dynamics.TILE_ELEMENTS, dynamics.TILE_MIN_AGENTS
     dynamics.TILE_MIN_AGENTS = 1
-    dynamics.TILE_ELEMENTS = elements or 1 << 40
-    cases = []
-    for n, e in TILE_CASES:
-        case = dynamics_case(n, e, sweep_steps(n, e))
-        case.row["tile_envs"] = dynamics._env_tile(n, e)
-        cases.append(case)
-    return {"rows": measure(cases, rounds)}
+    rows = []
+    try:
+        for n, e in TILE_CASES:
+            built = {}
+            for elements in TILE_SETTINGS:
+                dynamics.TILE_ELEMENTS = elements or 1 << 40
+                jax.clear_caches()
+                case = built[elements] = dynamics_case(n, e, sweep_steps(n, e))
+                case.row["tile_envs"] = dynamics._env_tile(n, e)
+                # compiled ahead of time: clearing the caches would send the jitted function
+                # back to tracing, with the next size
+                case.fn = case.fn.lower(*case.args).compile()
+                _seconds(built[elements])  # the first call after compiling is not timed
+            one, ratios = [], {el: [] for el in TILE_SETTINGS[1:]}
+            for r in range(rounds):
+                for elements in (TILE_SETTINGS[1:] if r % 2 == 0 else TILE_SETTINGS[:0:-1]):
+                    t_one, t_tiles = _seconds(built[0]), _seconds(built[elements])
+                    one.append(built[0].env_steps * n / t_one)
+                    ratios[elements].append(t_one / t_tiles)
+            rows.append({"n": n, "envs": e, "one_piece": _median(one), "tiles": [
+                {"elements": el, "tile_envs": built[el].row["tile_envs"], "x": _median(ratios[el]), "x_pairs": ratios[el]}
+                for el in TILE_SETTINGS[1:]]})
+            print(f"  tiles n={n} envs={e} done", flush=True)
+    finally:
+        dynamics.TILE_ELEMENTS, dynamics.TILE_MIN_AGENTS = saved
+        jax.clear_caches()
+    return {"rows": rows}
 
 
-def bench_tiles(pairs: int, rounds: int) -> dict:
-    """Every tile size in its own process, the sizes in turn (reversed in odd passes); per
-    case and size the median over ``pairs`` passes of its rate against one piece in the same pass."""
+def bench_tiles(rounds: int) -> dict:
+    """The tile sizes against one piece, in pairs timed back to back in one fresh process
+    (:func:`tiles_child`); per case and size the median of the pairs' ratios."""
     from cube_jax.core import dynamics
 
-    passes = []
-    for i in range(pairs):
-        runs = {}
-        for elements in (TILE_SETTINGS if i % 2 == 0 else TILE_SETTINGS[::-1]):
-            runs[elements] = _child(f"tiles_child({elements}, {rounds})")["rows"]
-            print(f"  tiles pass {i + 1}/{pairs}: {elements or 'one piece'} agent slots done", flush=True)
-        passes.append(runs)
-    rows = []
-    for j, (n, e) in enumerate(TILE_CASES):
-        row = {"n": n, "envs": e, "one_piece": _median([p[0][j]["agent_steps_per_s"] for p in passes]), "tiles": []}
-        for elements in TILE_SETTINGS[1:]:
-            ratios = [p[elements][j]["agent_steps_per_s"] / p[0][j]["agent_steps_per_s"] for p in passes]
-            row["tiles"].append({"elements": elements, "tile_envs": passes[0][elements][j]["tile_envs"],
-                                 "x": _median(ratios), "x_pairs": ratios})
-        rows.append(row)
-    return {"pairs": pairs, "rounds": rounds, "default_elements": dynamics.TILE_ELEMENTS,
+    rows = _child(f"tiles_child({rounds})")["rows"]
+    return {"method": "pairs in one process", "rounds": rounds, "default_elements": dynamics.TILE_ELEMENTS,
             "default_min_agents": dynamics.TILE_MIN_AGENTS, "rows": rows}
 
 
@@ -618,14 +628,19 @@ def render_tiles(tiles: dict) -> str:
     lines = ["| n | envs | one piece, agent-steps/s | " + " | ".join(head) + " |", "| --- " * (3 + len(sizes)) + "|"]
     for r in tiles["rows"]:
         now = [t["elements"] == tiles["default_elements"] and r["n"] >= tiles["default_min_agents"] for t in r["tiles"]]
-        cells = [f"{'**' * bold}{t['x']:.2f}x{'**' * bold} ({t['tile_envs']})" for t, bold in zip(r["tiles"], now)]
+        paired = "pairs" not in tiles  # earlier runs: one process per size, passes over the sizes
+        cells = [f"{'**' * bold}{t['x']:.2f}x{'**' * bold} ({t['tile_envs']}"
+                 + (f"; {min(t['x_pairs']):.2f}-{max(t['x_pairs']):.2f})" if paired else ")") for t, bold in zip(r["tiles"], now)]
         lines.append(f"| {r['n']} | {r['envs']} | {_fmt(r['one_piece'])} | " + " | ".join(cells) + " |")
     lines.append("")
     lines.append("A cell: agent-steps/s with tiles of that many agent slots against one piece (environments "
-                 "per tile). "
+                 "per tile" + ("; spread of the pairs" if paired else "") + "). "
                  f"Bold: what a step does now (tiles of {tiles['default_elements'] // 1024} Ki slots from "
-                 f"{tiles['default_min_agents']} agents on). One process per tile size, best of {tiles['rounds']} "
-                 f"rounds each; median of {tiles['pairs']} passes over the sizes.")
+                 f"{tiles['default_min_agents']} agents on). "
+                 + (f"Every size compiled in one process and timed right after one piece, {tiles['rounds']} "
+                    "pairs per size, the order of the sizes alternating; median of the pairs' ratios."
+                    if paired else f"One process per tile size, best of {tiles['rounds']} rounds each; median "
+                    f"of {tiles['pairs']} passes over the sizes."))
     return "\n".join(lines)
 
 
@@ -848,7 +863,7 @@ def main(argv=None) -> int:
         results["threads"] = bench_threads(repeats if not quick else 1, steps)
         print(render_threads(results["threads"]))
     if "tiles" in sections:
-        results["tiles"] = bench_tiles(1 if quick else 2, 3)
+        results["tiles"] = bench_tiles(3 if quick else 9)
         print(render_tiles(results["tiles"]))
 
     results["machine"]["load_average_at_end"] = os.getloadavg()

@@ -6,7 +6,8 @@ blocks) rather than on ``K x K`` occupancy grids, so a step costs O(N^2 + B^2)
 independent of the grid size:
 
 * agent chains: the pushers standing in a line ahead of each agent are counted with a
-  bit row per agent (``N <= 32``) or by pointer jumping (larger ``N``);
+  bit row per agent (``N <= 32``) or by pointer jumping (larger ``N``; once per step for
+  all four push phases, since an agent moves only in the phase of its own action);
 * composites: the pushed blocks plus everything downstream of them through "in front
   of" (a bit set grown hop by hop), split into connected components of the contact graph
   by doubling on ``uint32`` bit rows (``B <= 32``) or on boolean relations composed by folds
@@ -46,7 +47,7 @@ from jax.custom_batching import custom_vmap
 from jax.experimental.layout import Layout, with_layout_constraint
 
 from cube_jax.core.checks import MAX_GRID_SIZE
-from cube_jax.core.types import ACTION_DELTAS, DOWN, PUSH_ORDER, RIGHT, UP, EnvConfig, State, StepEvents
+from cube_jax.core.types import ACTION_DELTAS, DOWN, LEFT, PUSH_ORDER, RIGHT, UP, EnvConfig, State, StepEvents
 
 # Lines of pushers are counted with one uint32 bit row per agent up to this many agents.
 BITSET_MAX_AGENTS = 32
@@ -193,13 +194,30 @@ def _pushers_ahead(ar, ac, pusher, d: int) -> jax.Array:
         bits = jnp.where(ahead, jnp.left_shift(jnp.uint32(1), shift), jnp.uint32(0)).sum(1, dtype=jnp.uint32)
         gaps = ~bits
         return lax.population_count((gaps & (jnp.uint32(0) - gaps)) - jnp.uint32(1)).astype(jnp.int32)
-    # Pointer jumping: each agent points at the pusher right ahead of it (or at itself) and
-    # counts hops; ceil(log2 N) rounds of ptr = ptr[ptr] reach the end of every line.
-    next_cell = _cell_key(ar + dr, ac + dc)
-    pusher_cell = jnp.where(pusher, _cell_key(ar, ac), NO_CELL)
+    # Pointer jumping (more than 32 agents): the count of every push phase at once, see
+    # :func:`_pushers_ahead_all`.
+    return _pushers_ahead_all(ar, ac, jnp.where(pusher, d, 0))
 
-    def right_ahead(j):  # agents with pusher j on the next cell ahead get j + 1
-        return pusher_cell[j][None] == next_cell, j + 1
+
+def _pushers_ahead_all(ar, ac, actions) -> jax.Array:
+    """int32[N, E]: for each agent with a move action d (1-4), how many consecutive cells ahead
+    of it, in d, hold agents whose action is d too; 0 for STAY.
+
+    In push phase d only the agents whose action is d move, so those agents stand where the
+    step started until their own phase: the counts of all four phases come from the starting
+    positions, in one pass over agent pairs instead of four. Pointer jumping: each agent points
+    at the agent with its action on the next cell ahead (or at itself) and counts hops;
+    ceil(log2 N) rounds of ptr = ptr[ptr] reach the end of every line.
+    """
+    n = ar.shape[0]
+    tr = ar + jnp.where(actions == UP, -1, jnp.where(actions == DOWN, 1, 0))
+    tc = ac + jnp.where(actions == LEFT, -1, jnp.where(actions == RIGHT, 1, 0))
+    # keys of (cell, action): a STAY agent's query matches no one (every key held has action 1-4)
+    query = _cell_key(tr, tc) * 8 + actions
+    held = jnp.where(actions > 0, _cell_key(ar, ac) * 8 + actions, NO_CELL)
+
+    def right_ahead(j):  # agents with agent j, of the same action, on the next cell ahead get j + 1
+        return held[j][None] == query, j + 1
 
     # one cell holds one agent at most, so a select keeps the only match (one op fewer than a max)
     ahead = _fold_over(n, right_ahead, _select_match, jnp.zeros(ar.shape, jnp.int32))  # 1 + index, or 0
@@ -229,15 +247,17 @@ def _phase_result(d: int, ar, ac, br, bc, agent_moves, block_moves, engaged, mov
     return ar + dr * step_a, ac + dc * step_a, br + dr * step_b, bc + dc * step_b, engaged, moved | block_moves, force
 
 
-def push_phase(cfg: EnvConfig, keep, d: int, actions, ar, ac, br, bc, w, alive, engaged, moved):
-    """One push phase in direction d on [X, E] arrays; returns them updated and F per block."""
+def push_phase(cfg: EnvConfig, keep, d: int, actions, ar, ac, br, bc, w, alive, engaged, moved, run=None):
+    """One push phase in direction d on [X, E] arrays; returns them updated and F per block.
+    ``run``: 1 + the count of pushers ahead of every pusher, when the step has it already."""
     k, b = cfg.grid_size, br.shape[0]
     pusher = actions == d
 
     # Agent chains: the first cell past a pusher's line of pushers must be a cell of block j.
     # Values read more than once come out of regions, so that XLA does not recompute them
     # (pointer jumping included) in every consumer.
-    run = _region(keep, lambda *a: _pushers_ahead(*a, d) + 1, ar, ac, pusher)
+    if run is None:
+        run = _region(keep, lambda *a: _pushers_ahead(*a, d) + 1, ar, ac, pusher)
 
     # Agent/block relations are folds (over blocks, or over agents in chunks) rather than
     # [N, B, E] arrays reduced over the block axis, which CPU code does as scalar loops.
@@ -549,22 +569,27 @@ def _stuck(d: int, k: int, ar, ac, br, bc, w, moved) -> jax.Array:
     return moved | outside | agent_ahead
 
 
-def push_phase_folded(cfg: EnvConfig, keep, d: int, actions, ar, ac, br, bc, w, alive, engaged, moved):
-    """:func:`push_phase` for up to 32 blocks (any number of agents), as folds in regions.
+def push_phase_folded(cfg: EnvConfig, keep, d: int, actions, ar, ac, br, bc, w, alive, engaged, moved, run=None):
+    """:func:`push_phase` for up to 64 blocks (any number of agents), as folds in regions.
 
     Every value read more than once comes out of a region; independent values share one.
     Folds over agents run in chunks of FOLD_CHUNK (see :func:`_fold_over`) above 32 agents.
+    ``run``: 1 + the count of pushers ahead of every pusher, when the step has it already.
     """
     b = br.shape[0]
     pusher = actions == d
 
-    def start(ar, ac, pusher, br, bc, w, alive, moved):
-        # the bit-row count of pushers ahead sees 32 cells; longer lines need pointer jumping
-        ahead = _pushers_ahead_folded if ar.shape[0] <= BITSET_MAX_AGENTS else _pushers_ahead
-        run = ahead(ar, ac, pusher, d) + 1
+    def start(ar, ac, pusher, br, bc, w, alive, moved, *given):
+        if given:
+            (run,) = given
+        else:
+            # the bit-row count of pushers ahead sees 32 cells; longer lines need pointer jumping
+            ahead = _pushers_ahead_folded if ar.shape[0] <= BITSET_MAX_AGENTS else _pushers_ahead
+            run = ahead(ar, ac, pusher, d) + 1
         return run, _front_rows(d, br, bc, w, alive), _stuck(d, cfg.grid_size, ar, ac, br, bc, w, moved)
 
-    run, front, stuck = _region(keep, start, ar, ac, pusher, br, bc, w, alive, moved)
+    given = () if run is None else (run,)
+    run, front, stuck = _region(keep, start, ar, ac, pusher, br, bc, w, alive, moved, *given)
     target = _region(keep, functools.partial(_chain_targets, d), ar, ac, run, pusher, br, bc, w, alive)
     force, touch = _region(keep, lambda t, f: (_forces(t, b), _touch_rows(f)), target, front)
     # V: the pushed blocks and everything downstream of them, hop by hop
@@ -671,8 +696,13 @@ def step_kernel(cfg: EnvConfig, ar, ac, br, bc, w, alive, actions):
     folded = ar.shape[0] <= FOLD_MAX_AGENTS
     keep = jnp.any((actions | 1) != 0)  # always True: the region predicate
     phase = push_phase_folded if folded_push else push_phase
+    # Above 32 agents the lines of pushers of all four phases are counted once, from the
+    # starting positions (see _pushers_ahead_all); up to 32, each phase's bit rows are cheaper.
+    run = None
+    if ar.shape[0] > BITSET_MAX_AGENTS:
+        run = _region(keep, lambda *a: _pushers_ahead_all(*a) + 1, ar, ac, actions)
     for d in PUSH_ORDER:
-        ar, ac, br, bc, engaged, moved, force = phase(cfg, keep, d, actions, ar, ac, br, bc, w, alive, engaged, moved)
+        ar, ac, br, bc, engaged, moved, force = phase(cfg, keep, d, actions, ar, ac, br, bc, w, alive, engaged, moved, run)
         forces.append(force)
     # Only a RIGHT push can bring a block into column K-1 (no alive block touches it
     # otherwise), and RIGHT is the last push phase, so delivering here is the same as
