@@ -626,9 +626,9 @@ def render_tiles(tiles: dict) -> str:
     sizes = [t["elements"] for t in tiles["rows"][0]["tiles"]]
     head = [f"{e // 1024} Ki slots{' (default)' if e == tiles['default_elements'] else ''}" for e in sizes]
     lines = ["| n | envs | one piece, agent-steps/s | " + " | ".join(head) + " |", "| --- " * (3 + len(sizes)) + "|"]
+    paired = "pairs" not in tiles  # earlier runs: one process per size, passes over the sizes
     for r in tiles["rows"]:
         now = [t["elements"] == tiles["default_elements"] and r["n"] >= tiles["default_min_agents"] for t in r["tiles"]]
-        paired = "pairs" not in tiles  # earlier runs: one process per size, passes over the sizes
         cells = [f"{'**' * bold}{t['x']:.2f}x{'**' * bold} ({t['tile_envs']}"
                  + (f"; {min(t['x_pairs']):.2f}-{max(t['x_pairs']):.2f})" if paired else ")") for t, bold in zip(r["tiles"], now)]
         lines.append(f"| {r['n']} | {r['envs']} | {_fmt(r['one_piece'])} | " + " | ".join(cells) + " |")

@@ -172,6 +172,13 @@ def _cell_key(r, c) -> jax.Array:
     return r * CELL_KEY_STRIDE + c
 
 
+def _action_targets(ar, ac, actions):
+    """The cell each agent's action points at (its own cell for STAY)."""
+    tr = ar + jnp.where(actions == UP, -1, jnp.where(actions == DOWN, 1, 0))
+    tc = ac + jnp.where(actions == LEFT, -1, jnp.where(actions == RIGHT, 1, 0))
+    return tr, tc
+
+
 def _select_match(acc, term):
     """Fold step for "the one agent with a property": ``term`` is (bool match, 1 + its index)."""
     match, value = term
@@ -210,8 +217,7 @@ def _pushers_ahead_all(ar, ac, actions) -> jax.Array:
     ceil(log2 N) rounds of ptr = ptr[ptr] reach the end of every line.
     """
     n = ar.shape[0]
-    tr = ar + jnp.where(actions == UP, -1, jnp.where(actions == DOWN, 1, 0))
-    tc = ac + jnp.where(actions == LEFT, -1, jnp.where(actions == RIGHT, 1, 0))
+    tr, tc = _action_targets(ar, ac, actions)
     # keys of (cell, action): a STAY agent's query matches no one (every key held has action 1-4)
     query = _cell_key(tr, tc) * 8 + actions
     held = jnp.where(actions > 0, _cell_key(ar, ac) * 8 + actions, NO_CELL)
@@ -294,8 +300,7 @@ def movement_phase(cfg: EnvConfig, keep, actions, ar, ac, br, bc, w, alive, enga
     of its own, and pairs are visited twice in all (rule 2 and "who stands on my target").
     """
     n, k = ar.shape[0], cfg.grid_size
-    tr = ar + jnp.where(actions == 1, -1, jnp.where(actions == 2, 1, 0))
-    tc = ac + jnp.where(actions == 3, -1, jnp.where(actions == 4, 1, 0))
+    tr, tc = _action_targets(ar, ac, actions)
     mover = ~engaged & (actions != 0)
 
     # 1. walls and alive blocks (a fold over blocks: an any() over the block axis of
@@ -661,8 +666,7 @@ def _jump(ptr):
 def movement_phase_folded(cfg: EnvConfig, keep, actions, ar, ac, br, bc, w, alive, engaged):
     """:func:`movement_phase` for up to 32 agents, as folds in regions."""
     n = ar.shape[0]
-    tr = ar + jnp.where(actions == 1, -1, jnp.where(actions == 2, 1, 0))
-    tc = ac + jnp.where(actions == 3, -1, jnp.where(actions == 4, 1, 0))
+    tr, tc = _action_targets(ar, ac, actions)
     mover = ~engaged & (actions != 0)
     mover = _region(keep, functools.partial(_walls_and_blocks, cfg.grid_size), tr, tc, mover, br, bc, w, alive)
     mover = _region(keep, _same_target, tr, tc, mover)
