@@ -6,8 +6,9 @@ whatever cores the process may use (pin it for figures that compare: ``taskset -
 
 * ``step``: the step rules at n = 256 (45 blocks) over a batch of environments taken 20 random
   steps into their episodes: the whole step (``step_kernel``), the count of pushers ahead of
-  every agent in one push phase, one push phase (RIGHT) and the movement phase, each with
-  the kernel the step itself picks for that phase;
+  every agent (above 32 agents that of all four push phases at once, as the step counts them;
+  else that of one push phase), one push phase (RIGHT, handed the count above 32 agents) and
+  the movement phase, each with the kernel the step itself picks for that phase;
 * ``observe``: one environment at n = 256: ``env.step`` whole, the step rules, the egocentric
   observation and the reward;
 * ``update``: one IPPO update of the default preset (``configs/ippo.yaml``) on the
@@ -99,12 +100,19 @@ def profile_step(n: int, envs: int, rounds: int) -> list:
     push = D.push_phase_folded if br.shape[0] <= D.FOLD_MAX_BLOCKS else D.push_phase
     movement = D.movement_phase_folded if n <= D.FOLD_MAX_AGENTS else D.movement_phase
     right = 4
+    phase_args = (actions, ar, ac, br, bc, w, alive, engaged, moved)
+    if n > D.BITSET_MAX_AGENTS:
+        # as step_kernel: the lines of pushers of all four phases counted once, handed to each phase
+        count = ("count of pushers ahead, all four push phases",
+                 jax.jit(lambda r, c, a: D._pushers_ahead_all(r, c, a) + 1), (ar, ac, actions))
+        phase_args += (count[1](ar, ac, actions),)
+    else:
+        count = ("count of pushers ahead, one push phase",
+                 jax.jit(lambda r, c, a: D._pushers_ahead(r, c, a == right, right)), (ar, ac, actions))
     pieces = [
         ("whole step", jax.jit(lambda *a: D.step_kernel(cfg, *a)), (ar, ac, br, bc, w, alive, actions)),
-        ("count of pushers ahead, one push phase", jax.jit(lambda r, c, a: D._pushers_ahead(r, c, a == right, right)),
-         (ar, ac, actions)),
-        ("one push phase (RIGHT)", jax.jit(lambda *a: push(cfg, keep, right, *a)),
-         (actions, ar, ac, br, bc, w, alive, engaged, moved)),
+        count,
+        ("one push phase (RIGHT)", jax.jit(lambda *a: push(cfg, keep, right, *a)), phase_args),
         ("movement phase", jax.jit(lambda *a: movement(cfg, keep, *a)), (actions, ar, ac, br, bc, w, alive, engaged)),
     ]
     label = f"step, n = {n} ({br.shape[0]} blocks), {envs} envs"

@@ -1,5 +1,6 @@
 """benchmarks/profile_parts.py: the update section runs against the trainer's own pieces (a
-tiny preset, one round), and its command line refuses a bad override before timing."""
+tiny preset, one round), the step section times the pieces the step itself runs, and its
+command line refuses a bad override before timing."""
 from __future__ import annotations
 
 import json
@@ -73,3 +74,13 @@ def test_the_thunks_section_sums_a_traced_update_by_its_parts(tmp_path):
     assert not {t["opcode"] for t in th["top"]} & set(pp.CONTROL_FLOW)
     assert all(0 < t["busiest_thread_share"] <= 1 for t in th["top"])
     assert "| minibatch_step |" in pp.render(data) and "Thunks of IPPO update" in done.stdout
+
+
+def test_the_step_section_times_the_pieces_the_step_runs(tmp_path):
+    # above 32 agents the step counts the lines of pushers of all four phases at once
+    out = tmp_path / "profile.json"
+    assert pp.main(["--sections", "step", "--n", "40", "--envs", "4", "--rounds", "1", "--out", str(out)]) == 0
+    pieces = {r["piece"]: r["ms"] for r in json.loads(out.read_text())["pieces"]}
+    assert list(pieces) == ["whole step", "count of pushers ahead, all four push phases", "one push phase (RIGHT)",
+                            "movement phase"]
+    assert min(pieces.values()) > 0
