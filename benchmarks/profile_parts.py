@@ -366,6 +366,10 @@ def _render_pieces(data: dict, before) -> list:
             lines.append(f"| {r['group']} | {r['piece']} | {was_text} | {r['ms']:.2f} ms | {ratio} |")
         else:
             lines.append(f"| {r['group']} | {r['piece']} | {r['ms']:.2f} ms |")
+    now = {(r["group"], r["piece"]) for r in data["pieces"]}
+    for (group, piece), was in old.items():  # pieces the earlier checkout timed and this one does not
+        if (group, piece) not in now:
+            lines.append(f"| {group} | {piece} | {was:.2f} ms |  |  |")
     rate = _rate(data)
     if rate is not None:
         text = f"IPPO training, one seed: {data['env_steps_per_update']} env steps per update, {rate:.3g} env-steps/s"

@@ -84,3 +84,12 @@ def test_the_step_section_times_the_pieces_the_step_runs(tmp_path):
     assert list(pieces) == ["whole step", "count of pushers ahead, all four push phases", "one push phase (RIGHT)",
                             "movement phase"]
     assert min(pieces.values()) > 0
+
+
+def test_a_piece_only_the_earlier_checkout_timed_keeps_its_row():
+    piece = {"group": "step", "ms": 2.0}
+    data = {"pieces": [dict(piece, piece="count, all phases")]}
+    before = {"pieces": [dict(piece, piece="count, one phase", ms=3.0)]}
+    lines = pp._render_pieces(data, before)
+    assert "| step | count, all phases |  | 2.00 ms |  |" in lines
+    assert "| step | count, one phase | 3.00 ms |  |  |" in lines
