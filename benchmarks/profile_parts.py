@@ -21,6 +21,10 @@ whatever cores the process may use (pin it for figures that compare: ``taskset -
   environment step; then the whole update per seed of a program that trains one seed or
   ``--seeds`` seeds at once, the seeds vmapped and mapped one after another
   (``train.seed_axis``). ``--set KEY=VALUE`` overrides the preset;
+* ``shuffle``: the two ways ``trainer.shuffle_indices`` has of shuffling an update's samples
+  (one sort of hashed words, and the Feistel network used from 1024 samples on) and the
+  whole update with each, every program compiled first and the two timed in alternate
+  rounds in one process, with the ratio of each round's pair;
 * ``thunks``: the same update whole under ``jax.profiler`` (XLA's CPU runtime tracing each
   thunk: ``--xla_cpu_enable_xprof_traceme``, added to XLA_FLAGS when this section is asked
   for): every thunk's time summed over the threads that ran it, per update, by the part of
@@ -47,6 +51,8 @@ import re
 import sys
 import time
 from pathlib import Path
+
+import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = "benchmarks/profile_parts.py"
@@ -201,6 +207,67 @@ def profile_update(rounds: int, overrides=(), seeds: int = 4) -> tuple:
             ms = _timed(jax.jit(over_seeds(update, how)), runners, rounds=rounds) / count
             rows.append({"group": group, "piece": f"whole update, S = {count}, {piece}", "ms": ms})
     return rows, ppo.steps_per_update
+
+
+def _alternate(pairs: dict, rounds: int, calls: int) -> dict:
+    """``{name: (fn_sort, fn_feistel, args)}`` timed in alternate rounds (each round: the mean of
+    ``calls`` calls of one, then of the other): ``{name: (median sort ms, median feistel ms,
+    [feistel / sort of each round])}``."""
+    import jax
+
+    out = {}
+    for name, (slow, fast, args) in pairs.items():
+        jax.block_until_ready(slow(*args))
+        jax.block_until_ready(fast(*args))
+        times = ([], [])
+        for _ in range(rounds):
+            for fn, record in ((slow, times[0]), (fast, times[1])):
+                start = time.perf_counter()
+                for _ in range(calls):
+                    result = fn(*args)
+                jax.block_until_ready(result)
+                record.append((time.perf_counter() - start) / calls * 1e3)
+        ratios = [b / a for a, b in zip(*times)]
+        out[name] = (float(np.median(times[0])), float(np.median(times[1])), ratios)
+    return out
+
+
+def profile_shuffle(rounds: int, overrides=()) -> tuple:
+    """The shuffle of one update's samples both ways, and the whole update with each (see the
+    module doc): ``(rows, ratios)``."""
+    import jax
+
+    from cube_jax.rl.ppo import PPO
+    from cube_jax.rl.trainer import FEISTEL_MIN, shuffle_indices
+
+    config = update_config(overrides)
+    label = _update_label(config.train)
+    if PPO(config).batch_size < FEISTEL_MIN:
+        raise SystemExit(f"--sections shuffle: an update of {PPO(config).batch_size} samples is shuffled by the sort "
+                         f"alone; the Feistel network starts at {FEISTEL_MIN} (raise train.num_envs or num_steps)")
+    compiled = {}
+    for method in ("sort", "feistel"):
+        ppo = PPO(config)
+        ppo.shuffle_method = method
+        runner = jax.jit(ppo.init)(jax.random.PRNGKey(0))
+        n = ppo.batch_size
+        key = jax.random.PRNGKey(2)
+        compiled[method] = {
+            f"permutation of {n} samples": (jax.jit(lambda k, m=method: shuffle_indices(k, n, m)).lower(key).compile(), (key,)),
+            "whole update": (jax.jit(ppo.update).lower(runner).compile(), (runner,)),
+        }
+    pairs = {name: (compiled["sort"][name][0], compiled["feistel"][name][0], compiled["sort"][name][1])
+             for name in compiled["sort"]}
+    timed = {}
+    for name, pair in pairs.items():
+        timed.update(_alternate({name: pair}, rounds, 50 if name.startswith("permutation") else 5))
+    rows, ratios = [], []
+    for name, (sort_ms, feistel_ms, pair_ratios) in timed.items():
+        rows.append({"group": label, "piece": f"{name}, one sort", "ms": sort_ms})
+        rows.append({"group": label, "piece": f"{name}, Feistel network", "ms": feistel_ms})
+        ratios.append({"piece": name, "median": float(np.median(pair_ratios)),
+                       "low": float(min(pair_ratios)), "high": float(max(pair_ratios))})
+    return rows, ratios
 
 
 THUNK_FLAG = "--xla_cpu_enable_xprof_traceme=true"
@@ -370,6 +437,11 @@ def _render_pieces(data: dict, before) -> list:
     for (group, piece), was in old.items():  # pieces the earlier checkout timed and this one does not
         if (group, piece) not in now:
             lines.append(f"| {group} | {piece} | {was:.2f} ms |  |  |")
+    if data.get("shuffle_ratios"):
+        lines.append("")
+        for r in data["shuffle_ratios"]:
+            lines.append(f"Feistel network / one sort, {r['piece']}: {r['median']:.3f} (median of the rounds' pairs; "
+                         f"{r['low']:.3f} to {r['high']:.3f}).")
     rate = _rate(data)
     if rate is not None:
         text = f"IPPO training, one seed: {data['env_steps_per_update']} env steps per update, {rate:.3g} env-steps/s"
@@ -385,21 +457,22 @@ def main(argv=None) -> int:
     parser.add_argument("--n", type=int, default=256, help="team size of the step's pieces (default 256)")
     parser.add_argument("--envs", type=int, default=1024, help="batch of the step's pieces (default 1024)")
     parser.add_argument("--rounds", type=int, default=7, help="rounds per piece; the median is reported")
-    parser.add_argument("--sections", default="step,update", help="comma-separated: step, observe, update, thunks")
+    parser.add_argument("--sections", default="step,update",
+                        help="comma-separated: step, observe, update, shuffle, thunks")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                        help="update and thunks: a config override of the IPPO preset (repeatable)")
+                        help="update, shuffle and thunks: a config override of the IPPO preset (repeatable)")
     parser.add_argument("--seeds", type=int, default=4, help="update only: seeds of the per-seed rows (default 4)")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     parser.add_argument("--before", type=Path, help="this script's JSON from an earlier checkout")
     parser.add_argument("--doc", action="store_true", help="rewrite the generated block of docs/performance.md")
     args = parser.parse_args(argv)
     sections = [s.strip() for s in args.sections.split(",") if s.strip()]
-    unknown = sorted(set(sections) - {"step", "observe", "update", "thunks"})
+    unknown = sorted(set(sections) - {"step", "observe", "update", "shuffle", "thunks"})
     if unknown:
-        parser.error(f"--sections: unknown {', '.join(unknown)}; choose from step, observe, update, thunks")
+        parser.error(f"--sections: unknown {', '.join(unknown)}; choose from step, observe, update, shuffle, thunks")
     if args.n < 1 or args.envs < 1 or args.rounds < 1 or args.seeds < 1:
         parser.error("--n, --envs, --rounds and --seeds must be at least 1")
-    if args.overrides and {"update", "thunks"} & set(sections):
+    if args.overrides and {"update", "shuffle", "thunks"} & set(sections):
         from cube_jax.rl import config as C
 
         try:  # a bad override stops here, before anything is timed
@@ -420,6 +493,10 @@ def main(argv=None) -> int:
         rows, data["env_steps_per_update"] = profile_update(args.rounds, args.overrides, args.seeds)
         data["pieces"] += rows
         print("  timed the IPPO update's pieces", flush=True)
+    if "shuffle" in sections:
+        rows, data["shuffle_ratios"] = profile_shuffle(args.rounds, args.overrides)
+        data["pieces"] += rows
+        print("  timed the two shuffles and the update with each", flush=True)
     if "thunks" in sections:
         data["thunks"] = profile_thunks(args.rounds, args.overrides)
         print("  profiled the IPPO update's thunks", flush=True)

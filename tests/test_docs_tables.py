@@ -27,7 +27,7 @@ EXPECTED = {
     "docs/drwell.md": {"benchmarks/drwell.py"},
     "docs/analytics.md": {"benchmarks/analytics_planners.py", "benchmarks/analytics_speed.py"},
     "docs/browser.md": {"benchmarks/web_browser.py"},
-    "docs/performance.md": {"benchmarks/throughput.py", "benchmarks/profile_parts.py"},
+    "docs/performance.md": {"benchmarks/throughput.py", "benchmarks/profile_parts.py", "benchmarks/train_rate.py"},
     "docs/baselines.md": {"benchmarks/baselines_report.py", "benchmarks/rl_seeds.py", "benchmarks/greedy_failures.py"},
 }
 

@@ -93,3 +93,22 @@ def test_a_piece_only_the_earlier_checkout_timed_keeps_its_row():
     lines = pp._render_pieces(data, before)
     assert "| step | count, all phases |  | 2.00 ms |  |" in lines
     assert "| step | count, one phase | 3.00 ms |  |  |" in lines
+
+
+def test_the_shuffle_section_times_both_shuffles_alternately(tmp_path):
+    out = tmp_path / "shuffle.json"
+    # 32 envs x 8 steps x 4 agents (the section's n = 4) = 1024 samples: the smallest update the Feistel network shuffles
+    assert pp.main(["--sections", "shuffle", "--rounds", "2", "--out", str(out), *TINY_UPDATE,
+                    "--set=train.num_envs=32", "--set=train.total_timesteps=512"]) == 0
+    data = json.loads(out.read_text())
+    pieces = {r["piece"]: r["ms"] for r in data["pieces"]}
+    assert set(pieces) == {"permutation of 1024 samples, one sort", "permutation of 1024 samples, Feistel network",
+                           "whole update, one sort", "whole update, Feistel network"}
+    assert all(ms > 0 for ms in pieces.values())
+    assert [r["piece"] for r in data["shuffle_ratios"]] == ["permutation of 1024 samples", "whole update"]
+    assert "Feistel network / one sort, whole update:" in pp.render(data)
+
+
+def test_the_shuffle_section_refuses_an_update_too_small_for_the_feistel_network(capsys):
+    with pytest.raises(SystemExit, match="the Feistel network starts at 1024"):
+        pp.main(["--sections", "shuffle", "--rounds", "1", *TINY_UPDATE])

@@ -116,8 +116,9 @@ def test_rollout_actions_are_samples_of_the_policy():
     np.testing.assert_allclose(np.asarray(samples["log_prob"]), log_probs, rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize("n", [1, 2, 5, 1000, 16384])
+@pytest.mark.parametrize("n", [1, 2, 5, 1000, 1023, 1024, 1025, 3000, 12288, 16384])
 def test_shuffle_indices_is_a_permutation(n):
+    # below FEISTEL_MIN one sort; from it on a Feistel network, with cycle walking unless n is a power of two
     from cube_jax.rl.trainer import shuffle_indices
 
     perm = np.asarray(jax.jit(shuffle_indices, static_argnums=1)(jax.random.PRNGKey(n), n))
@@ -133,23 +134,31 @@ def test_shuffle_indices_is_uniform():
     assert counts.min() > 850 and counts.max() < 1150  # binomial(24000, 1/24): sd 31
 
 
-def test_shuffle_indices_has_no_structure_between_neighbours():
+@pytest.mark.parametrize("n, strides", [
+    (16384, (1, 2, 4, 128, 512, 4096, 8192)),  # the default preset: 128 envs x 32 steps x 4 agents
+    (12288, (1, 3, 128, 384, 4096, 6144)),  # n = 3: not a power of two (cycle walking)
+    (1000, (1, 2, 10, 500)),  # one sort
+])
+def test_shuffle_indices_has_no_structure_between_neighbours(n, strides):
     # Minibatches are halves of the shuffled samples. Indices that are neighbours in the
     # rollout's order (the next agent, env or step: strides 1, 4, 128, 512 in the default
     # preset's 16384 samples) land in the same half as often as any two indices do.
     from cube_jax.rl.trainer import shuffle_indices
 
-    n, draws = 16384, 64
+    draws = 64 if n > 4096 else 2048  # the eighths below: about 4 standard deviations either way
     perms = np.asarray(jax.jit(jax.vmap(lambda k: shuffle_indices(k, n)))(jax.random.split(jax.random.PRNGKey(5), draws)))
     position = np.argsort(perms, axis=1)  # where each index went
     first_half = position < n // 2
     expected = (n // 2 - 1) / (n - 1)
-    for stride in (1, 2, 4, 128, 512, 4096, 8192):
+    for stride in strides:
         same = (first_half[:, :-stride] == first_half[:, stride:]).mean()
         assert abs(same - expected) < 0.01, (stride, same)
     # every index is as likely to land in any eighth of the order
     counts = np.stack([np.bincount(position[:, i] * 8 // n, minlength=8) for i in range(0, n, 97)])
     assert abs(counts.mean(0) / draws - 1 / 8).max() < 0.01
+    # and two draws' orders are unrelated: the positions of one index in two draws
+    rank = np.corrcoef(position[0], position[1])[0, 1]
+    assert abs(rank) < 5 / np.sqrt(n), rank
 
 
 def test_sample_categorical_inverts_the_cumulative_probabilities():
@@ -731,3 +740,20 @@ def test_seeds_initialise_their_networks_one_qr_at_a_time(algo, preset):
     batched = jax.jit(jax.vmap(lambda k: init(k, (24, 16))))(keys)
     for key, matrix in zip(keys, batched):
         np.testing.assert_array_equal(np.asarray(matrix), np.asarray(nn.initializers.orthogonal(2.0)(key, (24, 16))))
+
+
+def test_shuffle_indices_methods_and_their_errors():
+    from cube_jax.rl.trainer import FEISTEL_MIN, shuffle_indices
+
+    key = jax.random.PRNGKey(3)
+    for method in ("sort", "feistel"):
+        perm = np.asarray(shuffle_indices(key, 3000, method))
+        assert sorted(perm.tolist()) == list(range(3000))
+    # auto is the Feistel network from FEISTEL_MIN on, the sort below
+    assert np.array_equal(shuffle_indices(key, 4096), shuffle_indices(key, 4096, "feistel"))
+    assert np.array_equal(shuffle_indices(key, 100), shuffle_indices(key, 100, "sort"))
+    assert not np.array_equal(shuffle_indices(key, 4096, "sort"), shuffle_indices(key, 4096, "feistel"))
+    with pytest.raises(ValueError, match="method must be"):
+        shuffle_indices(key, 4096, "random")
+    with pytest.raises(ValueError, match=f"needs n >= {FEISTEL_MIN}"):
+        shuffle_indices(key, 100, "feistel")

@@ -207,6 +207,9 @@ class PPO:
         # annealing horizon (total updates) is a traced value: a resumed run with a longer
         # budget reuses the compiled program.
         self.optimizer = optax.chain(optax.clip_by_global_norm(t.max_grad_norm), optax.scale_by_adam(eps=1e-5))
+        # trainer.shuffle_indices's method for the samples (benchmarks/profile_parts.py sets "sort"
+        # to time the update with the shuffle it replaced)
+        self.shuffle_method = "auto"
 
     @property
     def steps_per_update(self) -> int:
@@ -455,7 +458,7 @@ class PPO:
         :meth:`_replay_minibatch` reads them."""
         m = self.train_cfg.num_minibatches
         if not self.recurrent:
-            perm = shuffle_indices(key, self.batch_size)
+            perm = shuffle_indices(key, self.batch_size, self.shuffle_method)
             out = {k: v[perm].reshape((m, self.minibatch_size) + v.shape[1:]) for k, v in samples.items()}
             for key_in, key_out in (("obs", "obs_columns"), ("critic_in", "critic_columns")):
                 if key_in in out:  # [m, b, *F] -> [m, F, b]: what the networks' ``columns`` read

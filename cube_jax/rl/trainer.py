@@ -11,6 +11,7 @@ from typing import Any, Dict, Protocol, Tuple
 
 import jax
 import jax.numpy as jnp
+from jax import lax
 
 Metrics = Dict[str, jax.Array]
 
@@ -129,21 +130,72 @@ def _unmix(x: jax.Array, keys: jax.Array) -> jax.Array:
     return x
 
 
-def shuffle_indices(key: jax.Array, n: int) -> jax.Array:
+# From this many samples on, the shuffle is a keyed Feistel permutation with no sort (see
+# shuffle_indices); below, one sort of hashed words, whose orders are exactly equally likely.
+FEISTEL_MIN = 1024
+FEISTEL_ROUNDS = 4
+
+
+def _feistel(x: jax.Array, keys: jax.Array, bits: int) -> jax.Array:
+    """A keyed bijection of ``bits``-bit words (uint32 ``x`` < 2**bits): a Feistel network of
+    ``len(keys)`` rounds. Each round splits a word into a left and a right part and maps
+    ``(left, right) -> (right, left ^ f(right))``, with ``f`` the integer hash of
+    :func:`_mix` keyed by the round's word and cut to the left part's width; every round is
+    its own bijection whatever ``f`` is. An odd ``bits`` splits unevenly, and the widths of
+    the two parts swap from round to round."""
+    left_bits, right_bits = bits // 2, bits - bits // 2
+    left, right = x >> right_bits, x & jnp.uint32((1 << right_bits) - 1)
+    for key in keys:
+        f = _mix(right, key[None]) & jnp.uint32((1 << left_bits) - 1)
+        left, right = right, left ^ f
+        left_bits, right_bits = right_bits, left_bits
+    return (left << right_bits) | right
+
+
+def shuffle_indices(key: jax.Array, n: int, method: str = "auto") -> jax.Array:
     """int32[n]: a random permutation of ``range(n)``, for shuffling a rollout's samples.
 
-    The indices ``0 .. n-1`` go through a keyed bijection of uint32 words (two rounds of an
-    integer hash, each after a random key word is xor-ed in: :func:`_mix`), which makes ``n``
-    distinct words in an order that depends on the key; one sort of those words, mapped
-    back through the inverse bijection, is the permutation. One single-operand sort: on the
-    CPU ``jax.random.permutation`` sorts ``(random key, index)`` pairs in rounds, and a
-    two-operand sort of 16384 entries cost about ten times a one-word sort (three of them
-    were a sixth of an IPPO update of the default preset). Tested for being a permutation,
-    for every order of four items being equally likely, and for no structure between
-    neighbouring indices (tests/test_rl_training.py).
+    From FEISTEL_MIN samples on (a rollout's agent steps), no sort: the indices go through a
+    keyed Feistel network of FEISTEL_ROUNDS rounds on words of ``ceil(log2(n))`` bits
+    (:func:`_feistel`, four random key words), a bijection of ``range(2**bits)``; when ``n``
+    is not a power of two, an index that lands at ``n`` or beyond goes through it again until
+    it lands below ``n`` ("cycle walking", which keeps a bijection of ``range(n)``). On the
+    CPU the sort of the way below was the larger part of an IPPO update's shuffle (one sort
+    of 16384 words, about 0.8 ms, against 0.03 ms for the network). The permutations come
+    from a keyed family rather than uniformly from all ``n!``, which minibatches do not see:
+    tested for no structure between neighbouring indices and for every index landing in any
+    part of the order equally often (tests/test_rl_training.py).
+
+    Fewer samples (a recurrent run shuffles its environments): the indices ``0 .. n-1`` go
+    through a keyed bijection of uint32 words (two rounds of an integer hash, each after a
+    random key word is xor-ed in: :func:`_mix`), which makes ``n`` distinct words in an order
+    that depends on the key; one sort of those words, mapped back through the inverse
+    bijection, is the permutation, and every order of four items is equally likely (tested).
+    One single-operand sort: on the CPU ``jax.random.permutation`` sorts ``(random key,
+    index)`` pairs in rounds, and a two-operand sort of 16384 entries cost about ten times
+    a one-word sort.
+
+    ``method``: ``"auto"`` (the above), ``"sort"`` at any ``n``, or ``"feistel"`` from
+    FEISTEL_MIN on (fewer words are too short for its halves to mix);
+    ``benchmarks/profile_parts.py --sections shuffle`` times the two side by side.
     """
+    if method not in ("auto", "feistel", "sort"):
+        raise ValueError(f"shuffle_indices: method must be 'auto', 'feistel' or 'sort', got {method!r}")
+    if method == "feistel" and n < FEISTEL_MIN:
+        raise ValueError(f"shuffle_indices: method 'feistel' needs n >= {FEISTEL_MIN}, got n = {n}")
     if n > 1 << 31:
         return jax.random.permutation(key, n).astype(jnp.int32)
+    if method == "feistel" or (method == "auto" and n >= FEISTEL_MIN):
+        bits = (n - 1).bit_length()
+        keys = jax.random.bits(key, (FEISTEL_ROUNDS,), jnp.uint32)
+        perm = _feistel(jnp.arange(n, dtype=jnp.uint32), keys, bits)
+        if n != 1 << bits:  # cycle walking: at most half of the words lie at n or beyond
+            perm = lax.while_loop(
+                lambda p: jnp.any(p >= n),
+                lambda p: jnp.where(p >= n, _feistel(p, keys, bits), p),
+                perm,
+            )
+        return perm.astype(jnp.int32)
     keys = jax.random.bits(key, (2,), jnp.uint32)
     words = jax.lax.sort(_mix(jnp.arange(n, dtype=jnp.uint32), keys))
     return _unmix(words, keys).astype(jnp.int32)
