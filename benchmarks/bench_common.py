@@ -85,3 +85,16 @@ def write_generated(doc, script: str, json_path: str) -> None:
     body = render_block(script, json_path)
     pattern = re.compile(re.escape(start) + r"\n.*?" + re.escape(END_MARKER), re.S)
     doc.write_text(pattern.sub(lambda _: f"{start}\n{body}{END_MARKER}", text), encoding="utf-8")
+
+
+def save_results(data: dict, out, render, doc=None, script: str = "") -> None:
+    """Prints ``render(data)``, writes ``data`` as JSON to ``out`` and, when ``doc`` is given,
+    rewrites that doc's generated block of (``script``, ``out``) from it."""
+    out = Path(out)
+    print(render(data))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(data, indent=2))
+    print(f"wrote {out}")
+    if doc is not None:
+        write_generated(doc, script, str(out.resolve().relative_to(ROOT)))
+        print(f"rewrote the generated block of {doc}")

@@ -506,16 +506,10 @@ def main(argv=None) -> int:
         resolved = args.before.resolve()
         before["source"] = str(resolved.relative_to(ROOT)) if resolved.is_relative_to(ROOT) else args.before.name
         data["before"] = before
-    print(render(data))
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(data, indent=2))
-    print(f"wrote {args.out}")
-    if args.doc:
-        sys.path.insert(0, str(Path(__file__).parent))
-        from bench_common import write_generated
+    sys.path.insert(0, str(Path(__file__).parent))
+    from bench_common import save_results
 
-        write_generated(DOC, SCRIPT, str(args.out.resolve().relative_to(ROOT)))
-        print(f"rewrote the generated block of {DOC}")
+    save_results(data, args.out, render, DOC if args.doc else None, SCRIPT)
     return 0
 
 

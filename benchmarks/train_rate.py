@@ -140,16 +140,10 @@ def main(argv=None) -> int:
                 data["runs"].append(run)
                 print(f"  pair {i + 1}/{args.pairs}, {label}: median {run['median']:,.0f} env-steps/s over "
                       f"{len(run['chunk_rates'])} chunks, whole run {run['whole_run']:,.0f}", flush=True)
-    print(render(data))
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(data, indent=2))
-    print(f"wrote {args.out}")
-    if args.doc:
-        sys.path.insert(0, str(Path(__file__).parent))
-        from bench_common import write_generated
+    sys.path.insert(0, str(Path(__file__).parent))
+    from bench_common import save_results
 
-        write_generated(DOC, SCRIPT, str(args.out.resolve().relative_to(ROOT)))
-        print(f"rewrote the generated block of {DOC}")
+    save_results(data, args.out, render, DOC if args.doc else None, SCRIPT)
     return 0
 
 
