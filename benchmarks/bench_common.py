@@ -18,6 +18,21 @@ def cpu_model() -> str:
     return platform.processor() or "unknown"
 
 
+def host_info() -> dict:
+    """What a benchmark's JSON records of the machine and the moment: date, usable cores, CPU
+    model, XLA_FLAGS and the load average at the start."""
+    import os
+    import time
+
+    return {
+        "date": time.strftime("%Y-%m-%d %H:%M"),
+        "cpus_usable": len(os.sched_getaffinity(0)),
+        "cpu_model": cpu_model(),
+        "xla_flags": os.environ.get("XLA_FLAGS", ""),
+        "load_average": os.getloadavg()[0],
+    }
+
+
 def markdown_table(title: str, rows: list, columns: list) -> str:
     """``rows`` (dicts) as a Markdown table under a ``##`` title; floats to 3 significant digits."""
     lines = [f"\n## {title}", "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]

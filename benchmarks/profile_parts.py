@@ -209,27 +209,23 @@ def profile_update(rounds: int, overrides=(), seeds: int = 4) -> tuple:
     return rows, ppo.steps_per_update
 
 
-def _alternate(pairs: dict, rounds: int, calls: int) -> dict:
-    """``{name: (fn_sort, fn_feistel, args)}`` timed in alternate rounds (each round: the mean of
-    ``calls`` calls of one, then of the other): ``{name: (median sort ms, median feistel ms,
-    [feistel / sort of each round])}``."""
+def _alternate(sort_fn, feistel_fn, args, rounds: int, calls: int) -> tuple:
+    """The two compiled programs timed in alternate rounds (each round: the mean of ``calls``
+    calls of one, then of the other): ``(median sort ms, median feistel ms, [feistel / sort
+    of each round])``."""
     import jax
 
-    out = {}
-    for name, (slow, fast, args) in pairs.items():
-        jax.block_until_ready(slow(*args))
-        jax.block_until_ready(fast(*args))
-        times = ([], [])
-        for _ in range(rounds):
-            for fn, record in ((slow, times[0]), (fast, times[1])):
-                start = time.perf_counter()
-                for _ in range(calls):
-                    result = fn(*args)
-                jax.block_until_ready(result)
-                record.append((time.perf_counter() - start) / calls * 1e3)
-        ratios = [b / a for a, b in zip(*times)]
-        out[name] = (float(np.median(times[0])), float(np.median(times[1])), ratios)
-    return out
+    times = ([], [])
+    for fn in (sort_fn, feistel_fn):
+        jax.block_until_ready(fn(*args))
+    for _ in range(rounds):
+        for fn, record in zip((sort_fn, feistel_fn), times):
+            start = time.perf_counter()
+            for _ in range(calls):
+                result = fn(*args)
+            jax.block_until_ready(result)
+            record.append((time.perf_counter() - start) / calls * 1e3)
+    return float(np.median(times[0])), float(np.median(times[1])), [b / a for a, b in zip(*times)]
 
 
 def profile_shuffle(rounds: int, overrides=()) -> tuple:
@@ -242,27 +238,25 @@ def profile_shuffle(rounds: int, overrides=()) -> tuple:
 
     config = update_config(overrides)
     label = _update_label(config.train)
-    if PPO(config).batch_size < FEISTEL_MIN:
-        raise SystemExit(f"--sections shuffle: an update of {PPO(config).batch_size} samples is shuffled by the sort "
+    ppo = PPO(config)
+    n = ppo.batch_size
+    if n < FEISTEL_MIN:
+        raise SystemExit(f"--sections shuffle: an update of {n} samples is shuffled by the sort "
                          f"alone; the Feistel network starts at {FEISTEL_MIN} (raise train.num_envs or num_steps)")
-    compiled = {}
+    runner = jax.jit(ppo.init)(jax.random.PRNGKey(0))
+    key = jax.random.PRNGKey(2)
+    programs = {f"permutation of {n} samples": ([], (key,), 50), "whole update": ([], (runner,), 5)}
     for method in ("sort", "feistel"):
-        ppo = PPO(config)
-        ppo.shuffle_method = method
-        runner = jax.jit(ppo.init)(jax.random.PRNGKey(0))
-        n = ppo.batch_size
-        key = jax.random.PRNGKey(2)
-        compiled[method] = {
-            f"permutation of {n} samples": (jax.jit(lambda k, m=method: shuffle_indices(k, n, m)).lower(key).compile(), (key,)),
-            "whole update": (jax.jit(ppo.update).lower(runner).compile(), (runner,)),
-        }
-    pairs = {name: (compiled["sort"][name][0], compiled["feistel"][name][0], compiled["sort"][name][1])
-             for name in compiled["sort"]}
-    timed = {}
-    for name, pair in pairs.items():
-        timed.update(_alternate({name: pair}, rounds, 50 if name.startswith("permutation") else 5))
+        # a PPO of its own per method: the method is read when the update is traced, and jit
+        # caches traces by the function, which two bound methods of one PPO would share
+        variant = PPO(config)
+        variant.shuffle_method = method
+        programs[f"permutation of {n} samples"][0].append(
+            jax.jit(lambda k, m=method: shuffle_indices(k, n, m)).lower(key).compile())
+        programs["whole update"][0].append(jax.jit(variant.update).lower(runner).compile())
     rows, ratios = [], []
-    for name, (sort_ms, feistel_ms, pair_ratios) in timed.items():
+    for name, ((sort_fn, feistel_fn), args, calls) in programs.items():
+        sort_ms, feistel_ms, pair_ratios = _alternate(sort_fn, feistel_fn, args, rounds, calls)
         rows.append({"group": label, "piece": f"{name}, one sort", "ms": sort_ms})
         rows.append({"group": label, "piece": f"{name}, Feistel network", "ms": feistel_ms})
         ratios.append({"piece": name, "median": float(np.median(pair_ratios)),
@@ -380,17 +374,9 @@ def render_thunks(th: dict) -> list:
 def _machine() -> dict:
     import jax
 
-    from bench_common import cpu_model
+    from bench_common import host_info
 
-    return {
-        "date": time.strftime("%Y-%m-%d %H:%M"),
-        "jax": jax.__version__,
-        "backend": jax.default_backend(),
-        "cpus_usable": len(os.sched_getaffinity(0)),
-        "cpu_model": cpu_model(),
-        "xla_flags": os.environ.get("XLA_FLAGS", ""),
-        "load_average": os.getloadavg()[0],
-    }
+    return {**host_info(), "jax": jax.__version__, "backend": jax.default_backend()}
 
 
 def _rate(data: dict):

@@ -26,6 +26,9 @@ from pathlib import Path
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).parent))
+from bench_common import host_info, save_results  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = "benchmarks/train_rate.py"
 DEFAULT_OUT = ROOT / "benchmarks" / "results" / "train_rate.json"
@@ -98,15 +101,6 @@ def render(data: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _machine() -> dict:
-    sys.path.insert(0, str(Path(__file__).parent))
-    from bench_common import cpu_model
-
-    return {"date": time.strftime("%Y-%m-%d %H:%M"), "cpus_usable": len(os.sched_getaffinity(0)),
-            "cpu_model": cpu_model(), "xla_flags": os.environ.get("XLA_FLAGS", ""),
-            "load_average": os.getloadavg()[0]}
-
-
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -131,7 +125,7 @@ def main(argv=None) -> int:
                               capture_output=True, text=True)
         before_commit = f"commit {head.stdout.strip()}" if head.returncode == 0 else str(args.before_root)
     checkouts = ([("before", args.before_root.resolve())] if args.before_root else []) + [("after" if args.before_root else "this checkout", ROOT)]
-    data = {"machine": _machine(), "steps": args.steps, "overrides": [*BASE, *args.overrides],
+    data = {"machine": host_info(), "steps": args.steps, "overrides": [*BASE, *args.overrides],
             "before_commit": before_commit, "runs": []}
     with tempfile.TemporaryDirectory() as folder:
         for i in range(args.pairs):
@@ -140,9 +134,6 @@ def main(argv=None) -> int:
                 data["runs"].append(run)
                 print(f"  pair {i + 1}/{args.pairs}, {label}: median {run['median']:,.0f} env-steps/s over "
                       f"{len(run['chunk_rates'])} chunks, whole run {run['whole_run']:,.0f}", flush=True)
-    sys.path.insert(0, str(Path(__file__).parent))
-    from bench_common import save_results
-
     save_results(data, args.out, render, DOC if args.doc else None, SCRIPT)
     return 0
 
