@@ -26,7 +26,8 @@ def test_schema_defaults_are_the_documented_ones():
     assert defaults["train"] == {
         "num_envs": 64, "num_steps": 32, "total_timesteps": 2_000_000, "update_epochs": 4, "num_minibatches": 4,
         "lr": 2.5e-3, "anneal_lr": True, "gamma": 0.99, "gae_lambda": 0.95, "clip_eps": 0.2, "ent_coef": 0.01,
-        "ent_coef_final": None, "vf_coef": 0.5, "max_grad_norm": 0.5, "num_devices": 0, "seed_axis": "auto",
+        "ent_coef_final": None, "vf_coef": 0.5, "max_grad_norm": 0.5, "num_devices": 0, "cpu_devices": 0,
+        "seed_axis": "auto",
         "updates_per_call": 10, "stall_seconds": 120,
         "stagger_start": True, "target_success": 0.9, "target_check_every": 5, "init_from": None, "max_seconds": None,
     }
@@ -139,6 +140,8 @@ def test_later_files_override_earlier_ones(tmp_path):
         ("train.ent_coef_final=none", "train.ent_coef_final must be a valid number, got 'none'"),
         ("shaping.dense_coef=-0.3", "shaping.dense_coef must be greater than or equal to 0, got -0.3"),
         ("shaping.reach=closest", "shaping.reach must be 'quorum', 'nearest' or 'focus', got 'closest'"),
+        ("train.cpu_devices=-1", "train.cpu_devices must be greater than or equal to 0, got -1"),
+        ("train.cpu_devices=3", "train.num_envs = 128 must be divisible by train.cpu_devices = 3"),
     ],
 )
 def test_bad_overrides_say_what_is_wrong(override, message):
@@ -231,3 +234,31 @@ def test_command_line_errors_exit_with_usage(capsys):
 
 def test_the_module_examples_run():
     assert doctest.testmod(C).failed == 0
+
+
+def test_cpu_devices_auto_is_one_per_core_that_splits_the_batch():
+    from cube_jax.rl.run import MAX_AUTO_CPU_DEVICES, cpu_device_count
+
+    ippo = C.build("ippo")  # 128 envs x 32 steps, 2 minibatches
+    assert [cpu_device_count(ippo, cores) for cores in (1, 2, 3, 4, 16)] == [1, 2, 2, 4, MAX_AUTO_CPU_DEVICES]
+    assert cpu_device_count(C.build("ippo", overrides=["train.num_envs=96"]), 16) == 8
+    assert cpu_device_count(C.build("ippo", overrides=["train.num_envs=6", "train.num_steps=4"]), 4) == 3
+    # recurrent minibatches are whole environments: each device needs a multiple of the 4 minibatches
+    rnn = C.build("ippo", preset="ippo_rnn", overrides=["train.num_envs=24", "train.num_minibatches=4"])
+    assert cpu_device_count(rnn, 8) == 6 and cpu_device_count(rnn, 5) == 3
+    pqn = C.build("pqn_vdn", overrides=["train.num_envs=10", "train.num_steps=1", "pqn.num_minibatches=5"])
+    assert cpu_device_count(pqn, 4) == 2  # 10 / 4 leaves a remainder; 2 devices of 5 team steps, one per minibatch
+    assert cpu_device_count(C.build("ippo", overrides=["train.cpu_devices=2"]), 16) == 2  # asked for: as is
+
+
+def test_cpu_devices_leave_an_explicit_host_device_count_and_started_backends_alone(monkeypatch):
+    from cube_jax.rl.run import configure_cpu_devices
+
+    cfg = C.build("ippo")
+    monkeypatch.setenv("XLA_FLAGS", "--xla_force_host_platform_device_count=2")
+    assert configure_cpu_devices(cfg) is None
+    monkeypatch.setenv("XLA_FLAGS", "")
+    import jax
+
+    jax.numpy.zeros(1).block_until_ready()  # this process's backends are started
+    assert configure_cpu_devices(cfg) is None

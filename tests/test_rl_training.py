@@ -410,40 +410,68 @@ def test_alignment_potential_counts_the_left_face_quorum():
 
 
 @pytest.mark.slow
-def test_make_train_is_deterministic_and_matches_the_sharded_driver():
+def test_make_train_is_deterministic_and_the_driver_runs_data_parallel():
     """One subprocess with two host devices, so its programs are compiled once:
 
     * ``jax.vmap(make_train(config))`` over two seeds gives the same metrics twice, and
       different metrics for the two seeds;
-    * the chunked driver (:class:`Session`) with the env batch sharded over a 2-device mesh
-      gives the single-device ``make_train`` metrics, up to float tolerance, with its seeds
-      mapped one after another (``train.seed_axis``'s CPU default) and vmapped;
+    * the chunked driver (:class:`Session`) on a 2-device mesh runs data parallel: its
+      metrics are those of :func:`data_parallel`'s copy of the trainer run on one device
+      with ``jax.vmap`` over the two halves of the environments (the same collectives, by
+      axis name), up to float tolerance, with its seeds mapped one after another
+      (``train.seed_axis``'s CPU default) and vmapped, and the parameters it keeps are the
+      same on both devices;
+    * on one device the driver gives ``make_train``'s metrics;
     * a partial last chunk reuses the compiled chunk program (no second compile).
     """
     script = textwrap.dedent(
         f"""
-        import json, jax, numpy as np
+        import json, jax, jax.numpy as jnp, numpy as np
         from cube_jax.rl import config as C
-        from cube_jax.rl.ppo import make_train
+        from cube_jax.rl.ppo import PPO, make_train
         from cube_jax.rl.run import Session
+        from cube_jax.rl.trainer import data_parallel
         cfg = C.build("mappo", overrides={TINY!r} + ["num_seeds=2", "train.num_devices=2"])
         keys = jax.random.split(jax.random.PRNGKey(cfg.seed), 2)
         train = jax.jit(jax.vmap(make_train(cfg)))
         first = jax.device_get(train(keys)["metrics"])  # {{name: [seeds, updates]}}
         second = jax.device_get(train(keys)["metrics"])
+        single = Session(C.build("mappo", overrides={TINY!r} + ["num_seeds=2", "train.num_devices=1"]))
+        single = single.run_updates(single.init(), 3)[1]
+
+        ppo = PPO(cfg)
+        local = data_parallel(ppo, "env", 2)
+
+        def emulated(key):  # the data-parallel update of one seed on one device: vmap over the env halves
+            runner = ppo.init(key)
+            halves = jax.tree.map(lambda b, x: x.reshape((2, -1) + x.shape[1:]) if b else jnp.stack([x, x]),
+                                  ppo.env_batched(runner), runner)
+            step = jax.jit(jax.vmap(local.update, axis_name="env"))
+            rows = []
+            for _ in range(3):
+                halves, m = step(halves)
+                rows.append(jax.tree.map(lambda x: x[0], m))
+            return jax.tree.map(lambda *xs: np.stack(xs), *rows)  # {{name: [updates]}}
+
+        emul = [jax.device_get(emulated(k)) for k in keys]
         session = Session(cfg)
         runner, sharded = session.run_updates(session.init(), 3)  # {{name: [updates, seeds]}}
         devices = len(runner.obs.sharding.device_set)
+        copies = [np.asarray(s.data) for s in jax.tree.leaves(runner.params)[0].addressable_shards]
         runner, partial = session.run_updates(runner, 1)
         vmapped = Session(C.build("mappo", overrides={TINY!r} + ["num_seeds=2", "train.num_devices=2",
                                                                 "train.seed_axis=vmap"]))
         vmapped = vmapped.run_updates(vmapped.init(), 3)[1]
         out = {{
             "seed_axis": session.seed_axis,
+            "data_parallel": session.data_parallel,
             "vmapped": {{k: np.asarray(v).T.tolist() for k, v in jax.device_get(vmapped).items()}},
             "first": {{k: np.asarray(v).tolist() for k, v in first.items()}},
             "second": {{k: np.asarray(v).tolist() for k, v in second.items()}},
+            "single": {{k: np.asarray(v).T.tolist() for k, v in jax.device_get(single).items()}},
+            "emulated": {{k: [np.asarray(e[k]).tolist() for e in emul] for k in emul[0]}},
             "sharded": {{k: np.asarray(v).T.tolist() for k, v in jax.device_get(sharded).items()}},
+            "copies_equal": len(copies) == 2 and bool(np.array_equal(copies[0], copies[1])),
             "devices": devices,
             "partial_shape": list(np.shape(partial["policy_loss"])),
             "chunk_programs": session._chunk._cache_size(),
@@ -463,15 +491,51 @@ def test_make_train_is_deterministic_and_matches_the_sharded_driver():
     for name in first:
         np.testing.assert_array_equal(np.asarray(first[name], float), np.asarray(second[name], float), err_msg=name)
     assert not np.allclose(first["policy_loss"][0], first["policy_loss"][1])  # the seeds differ
-    assert out["devices"] == 2
+    assert out["devices"] == 2 and out["data_parallel"] and out["copies_equal"]
     assert out["seed_axis"] == "map"
     for name in first:
+        np.testing.assert_allclose(np.asarray(out["single"][name], float), np.asarray(first[name], float),
+                                   rtol=1e-4, atol=1e-5, err_msg=name)
         for driver in (sharded, out["vmapped"]):
-            np.testing.assert_allclose(np.asarray(driver[name], float), np.asarray(first[name], float), rtol=1e-4,
-                                       atol=1e-5, err_msg=name)
+            np.testing.assert_allclose(np.asarray(driver[name], float), np.asarray(out["emulated"][name], float),
+                                       rtol=1e-4, atol=1e-5, err_msg=name)
+    # data parallel is not the one-device program: each device shuffles and samples its own share
+    assert not np.allclose(np.asarray(sharded["policy_loss"], float), np.asarray(first["policy_loss"], float))
     assert out["partial_shape"] == [1, 2]  # one update, two seeds
     assert out["chunk_programs"] == 1
     assert out["updates_done"] == [4, 4]
+
+
+def test_data_parallel_gradient_is_the_whole_minibatch():
+    """A data-parallel minibatch step (two halves of a minibatch, one per device, here the two
+    members of a ``jax.vmap`` with the devices' axis name) moves the parameters exactly as one
+    step on the whole minibatch: gradients and the advantages' normalisation are over both halves."""
+    from cube_jax.rl.trainer import data_parallel
+
+    ppo = PPO(C.build("ippo", overrides=TINY))
+    local = data_parallel(ppo, "devices", 2)
+    runner = jax.jit(ppo.init)(jax.random.PRNGKey(0))
+    _, _, samples = jax.jit(ppo.collect)(runner)
+    batch = jax.tree.map(lambda x: x[0], jax.jit(ppo.minibatches)(jax.random.PRNGKey(1), samples))
+    coefs = (jnp.float32(0.01), jnp.float32(0.05))
+    carry = (runner.params, runner.opt_state)
+    whole, _ = jax.jit(lambda c, b: ppo._minibatch_step(c, b, coefs))(carry, batch)
+
+    def halve(name, x):  # the sample axis is last in the column layouts, first elsewhere
+        axis = x.ndim - 1 if name.endswith("_columns") else 0
+        return jnp.stack(jnp.split(x, 2, axis=axis))
+
+    halves = {name: halve(name, x) for name, x in batch.items()}
+    split, _ = jax.jit(jax.vmap(lambda b: local._minibatch_step(carry, b, coefs), axis_name="devices"))(halves)
+    for a, b in zip(jax.tree.leaves(whole[0]), jax.tree.leaves(split[0])):
+        np.testing.assert_array_equal(np.asarray(b[0]), np.asarray(b[1]))  # the same parameters on both devices
+        np.testing.assert_allclose(np.asarray(b[0]), np.asarray(a), rtol=2e-5, atol=2e-6)
+    # a copy per device only where the sizes split into whole minibatches
+    assert (local.num_envs, local.batch_size, local.minibatch_size) == (
+        ppo.num_envs // 2, ppo.batch_size // 2, ppo.minibatch_size // 2)
+    assert data_parallel(ppo, "devices", 1) is ppo
+    with pytest.raises(ValueError, match="does not split into 3 equal shares"):
+        data_parallel(ppo, "devices", 3)
 
 
 def test_learning_rate_anneals_over_the_budget():

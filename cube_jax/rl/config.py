@@ -152,6 +152,12 @@ class TrainSection(Section):
     vf_coef: NonNegative = Field(0.5, description="PPO only")
     max_grad_norm: NonNegative = Field(0.5, description="PPO only")
     num_devices: NonNegativeInt = Field(0, description="devices in the env-batch mesh; 0: every visible device")
+    cpu_devices: NonNegativeInt = Field(
+        0, description="CPU only: host devices to split the machine into, each a core stepping its share of "
+        "the environments, data parallel (gradients averaged over devices at every minibatch step); 0: one per "
+        "usable core, at most 8 and as many as train.num_envs splits into whole minibatches; 1: one device whose "
+        "threads share the cores. Left alone when XLA_FLAGS sets --xla_force_host_platform_device_count",
+    )
     seed_axis: Literal["auto", "vmap", "map"] = Field(
         "auto", description="how the seeds of a run share each jitted call: vmap batches them into every "
         "operation (an accelerator's way), map runs them one after another (lax.map; faster on the CPU, where "
@@ -186,6 +192,12 @@ class TrainSection(Section):
                 f"train.total_timesteps = {self.total_timesteps} is less than one update "
                 f"(train.num_envs * train.num_steps = {batch})",
                 "train.total_timesteps", "train.num_envs", "train.num_steps",
+            )
+        if self.cpu_devices and self.num_envs % self.cpu_devices:
+            raise _cross_field(
+                f"train.num_envs = {self.num_envs} must be divisible by train.cpu_devices = {self.cpu_devices} "
+                "(each CPU device steps an equal share of the environments; 0 picks a count that divides)",
+                "train.num_envs", "train.cpu_devices",
             )
         return self
 

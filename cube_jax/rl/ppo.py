@@ -45,7 +45,8 @@ from cube_jax.rl.gae import bootstrap_values, gae
 from cube_jax.rl.networks import build_networks, init_recurrent
 from cube_jax.rl.policy import BLOCKED_FEATURES, ActorPolicy, RecurrentActorPolicy, blocked_features
 from cube_jax.rl.shaping import ShapingWrapper
-from cube_jax.rl.trainer import episode_metrics, run_epochs, shuffle_indices, stagger_start, update_chunk
+from cube_jax.rl.trainer import (across_devices, episode_metrics, local_key, run_epochs, shuffle_indices,
+                                 stagger_start, update_chunk)
 from cube_jax.core.types import EnvConfig, State
 from cube_jax.core.wrappers import AutoResetWrapper, LogWrapper
 
@@ -172,7 +173,15 @@ def sample_categorical(logits: jax.Array, uniform: jax.Array) -> Tuple[jax.Array
 
 
 class PPO:
-    """IPPO/MAPPO for one seed; vmap its methods over seeds."""
+    """IPPO/MAPPO for one seed; vmap its methods over seeds.
+
+    ``axis_name`` is None except in the copy :func:`~cube_jax.rl.trainer.data_parallel` makes
+    for one device's share of the environments (the driver's ``shard_map`` over a device
+    mesh): there the rollout noise and the minibatch shuffle are the device's own, the
+    gradients, the advantages' normalisation and the statistics are over every device.
+    """
+
+    axis_name: Optional[str] = None
 
     def __init__(self, config: Config):
         self.config = config
@@ -203,6 +212,8 @@ class PPO:
         self.num_agents = self.env.num_agents
         self.batch_size = self.num_envs * self.num_steps * self.num_agents  # samples per update
         self.minibatch_size = self.batch_size // t.num_minibatches
+        # a recurrent minibatch is whole environments: a device's share must split into them
+        self.env_multiple = t.num_minibatches if self.recurrent else 1
         # The learning rate is applied in _minibatch_step rather than inside optax so that the
         # annealing horizon (total updates) is a traced value: a resumed run with a longer
         # budget reuses the compiled program.
@@ -424,7 +435,12 @@ class PPO:
             jnp.maximum(jnp.square(value - batch["target"]), jnp.square(value_clipped - batch["target"]))
         )
         adv = batch["advantage"]
-        adv = (adv - adv.mean()) / (adv.std() + 1e-8)
+        if self.axis_name is None:
+            adv = (adv - adv.mean()) / (adv.std() + 1e-8)
+        else:  # normalised over the whole minibatch: every device's part of it
+            mean = across_devices(adv.mean(), self.axis_name)
+            var = across_devices(jnp.mean(jnp.square(adv - mean)), self.axis_name)
+            adv = (adv - mean) / (jnp.sqrt(var) + 1e-8)
         log_ratio = log_prob - batch["log_prob"]
         ratio = jnp.exp(log_ratio)
         policy_loss = -jnp.mean(
@@ -445,6 +461,7 @@ class PPO:
         lr, ent_coef = coefs
         params, opt_state = carry
         grads, stats = jax.grad(self._loss, has_aux=True)(params, batch, ent_coef)
+        grads = across_devices(grads, self.axis_name)
         updates, opt_state = self.optimizer.update(grads, opt_state, params)
         updates = jax.tree.map(lambda u: -lr * u, updates)
         return (optax.apply_updates(params, updates), opt_state), stats
@@ -479,7 +496,7 @@ class PPO:
         # The named scopes label the update's parts in a profile (op_name metadata; no change
         # to the program): benchmarks/profile_parts.py --sections thunks sums time by them.
         with jax.named_scope("shuffle"):
-            minibatches = self.minibatches(key, samples)
+            minibatches = self.minibatches(local_key(key, self.axis_name), samples)
 
         def step(c, b):
             with jax.named_scope("minibatch_step"):
@@ -500,7 +517,7 @@ class PPO:
         # CPU every draw is a loop of its own, which cost more than the actor and the critic
         # in each step.
         key, k_noise = jax.random.split(runner.key)
-        uniform = jax.random.uniform(k_noise, (self.num_steps,) + runner.obs.shape[:2])
+        uniform = jax.random.uniform(local_key(k_noise, self.axis_name), (self.num_steps,) + runner.obs.shape[:2])
         with jax.named_scope("rollout"):
             runner, traj = jax.lax.scan(self._env_step, runner.replace(key=key), uniform)
         with jax.named_scope("values_and_gae"):
@@ -541,11 +558,10 @@ class PPO:
         key, params, opt_state, stats = run_epochs(self._epoch, runner, samples, (lr, ent_coef),
                                                    self.train_cfg.update_epochs)
         metrics = {
-            **episode_metrics(traj.episode, self.env.num_blocks),
-            "reward_mean": traj.reward.mean(),
+            **episode_metrics(traj.episode, self.env.num_blocks, self.axis_name),
             "lr": lr,
             "ent_coef": ent_coef,
-            **jax.tree.map(jnp.mean, stats),
+            **across_devices({"reward_mean": traj.reward.mean(), **jax.tree.map(jnp.mean, stats)}, self.axis_name),
         }
         runner = runner.replace(params=params, opt_state=opt_state, key=key, update=runner.update + 1)
         return runner, metrics

@@ -29,7 +29,7 @@ is the Q-network: greedy play takes ``argmax_a Q``, sampled play is epsilon-gree
 """
 from __future__ import annotations
 
-from typing import Any, Dict, Tuple
+from typing import Any, Dict, Optional, Tuple
 
 import jax
 import jax.numpy as jnp
@@ -43,7 +43,7 @@ from cube_jax.rl.gae import bootstrap_values
 from cube_jax.rl.networks import build_q_network
 from cube_jax.rl.policy import ActorPolicy, QPolicyParams, epsilon_greedy
 from cube_jax.rl.shaping import ShapingWrapper
-from cube_jax.rl.trainer import episode_metrics, run_epochs, shuffle_indices, stagger_start
+from cube_jax.rl.trainer import across_devices, episode_metrics, local_key, run_epochs, shuffle_indices, stagger_start
 from cube_jax.core.wrappers import AutoResetWrapper, LogWrapper
 
 
@@ -113,7 +113,13 @@ class QTransition:
 
 
 class PQN:
-    """PQN-VDN for one seed; vmap its methods over seeds."""
+    """PQN-VDN for one seed; vmap its methods over seeds.
+
+    ``axis_name``: as :class:`~cube_jax.rl.ppo.PPO`'s, set only in the copy that updates one
+    device's share of the environments (:func:`~cube_jax.rl.trainer.data_parallel`).
+    """
+
+    axis_name: Optional[str] = None
 
     def __init__(self, config: Config):
         if config.algo != "pqn_vdn":
@@ -198,7 +204,7 @@ class PQN:
     def _env_step(self, runner: QRunner, epsilon: jax.Array) -> Tuple[QRunner, QTransition]:
         key, k_act = jax.random.split(runner.key)
         q_values = self.q_network.apply(runner.params, runner.obs)  # [E, N, A]
-        action = epsilon_greedy(k_act, q_values, epsilon)
+        action = epsilon_greedy(local_key(k_act, self.axis_name), q_values, epsilon)
         env_state, ts = jax.vmap(self.train_env.step)(runner.env_state, action)
         reward = ts.reward[:, 0]  # the reward is shared: every agent gets the team's
         if self.shaping_coef or self.dense_coef:
@@ -235,13 +241,14 @@ class PQN:
     def _minibatch_step(self, carry, batch, lr):
         params, opt_state = carry
         grads, stats = jax.grad(self._loss, has_aux=True)(params, batch)
+        grads = across_devices(grads, self.axis_name)
         updates, opt_state = self.optimizer.update(grads, opt_state, params)
         updates = jax.tree.map(lambda u: -lr * u, updates)
         return (optax.apply_updates(params, updates), opt_state), stats
 
     def _epoch(self, carry, key, samples, lr):
         m = self.pqn_cfg.num_minibatches
-        perm = shuffle_indices(key, self.batch_size)
+        perm = shuffle_indices(local_key(key, self.axis_name), self.batch_size)
         minibatches = jax.tree.map(lambda x: x[perm].reshape((m, self.minibatch_size) + x.shape[1:]), samples)
         return jax.lax.scan(lambda c, b: self._minibatch_step(c, b, lr), carry, minibatches)
 
@@ -264,12 +271,11 @@ class PQN:
         samples = {"obs": flat(traj.obs), "action": flat(traj.action), "target": flat(target)}
         key, params, opt_state, stats = run_epochs(self._epoch, runner, samples, lr, self.pqn_cfg.num_epochs)
         metrics = {
-            **episode_metrics(traj.episode, self.env.num_blocks),
-            "reward_mean": traj.reward.mean(),
-            "target_mean": target.mean(),
+            **episode_metrics(traj.episode, self.env.num_blocks, self.axis_name),
             "epsilon": epsilon,
             "lr": lr,
-            **jax.tree.map(jnp.mean, stats),
+            **across_devices({"reward_mean": traj.reward.mean(), "target_mean": target.mean(),
+                              **jax.tree.map(jnp.mean, stats)}, self.axis_name),
         }
         runner = runner.replace(params=params, opt_state=opt_state, key=key, update=runner.update + 1)
         return runner, metrics

@@ -8,7 +8,12 @@ seed (vmapped, or one seed after another on the CPU: ``train.seed_axis``), so pr
 shows while it runs and a checkpoint can be written between chunks. Every chunk is one
 compiled program: a partial last chunk skips its surplus updates with ``lax.cond`` instead
 of compiling a shorter scan. The env batch is sharded over a 1-D device mesh (axis
-``"env"``); the rest of the state is replicated. With ``distributed.coordinator`` set,
+``"env"``); the rest of the state is replicated. On a mesh of several devices a trainer
+that supports it (IPPO, MAPPO, PQN-VDN) runs data parallel: the chunk is a ``shard_map``
+in which each device updates its own share of the environments with
+:func:`~cube_jax.rl.trainer.data_parallel`'s copy of the trainer, averaging gradients
+with the others at every minibatch step. On the CPU, ``train.cpu_devices`` splits the
+host into such devices, one per core (:func:`configure_cpu_devices`). With ``distributed.coordinator`` set,
 ``jax.distributed`` joins several hosts first and the mesh spans all their devices.
 
 Results reach the host through ``fetch(tree, what)`` (default ``jax.device_get``); the
@@ -17,8 +22,10 @@ through :mod:`logging` (one record per chunk) and never ends the process.
 """
 from __future__ import annotations
 
+import functools
 import json
 import logging
+import os
 import socket
 import time
 from pathlib import Path
@@ -34,7 +41,7 @@ from cube_jax.rl import checkpoint, outputs, transfer
 from cube_jax.rl.config import Config
 from cube_jax.rl.ppo import PPO
 from cube_jax.rl.pqn import PQN
-from cube_jax.rl.trainer import Trainer, over_seeds, seed_axis, update_chunk
+from cube_jax.rl.trainer import Trainer, data_parallel, over_seeds, seed_axis, update_chunk
 
 log = logging.getLogger(__name__)
 
@@ -119,6 +126,9 @@ def is_primary() -> bool:
     return jax.process_index() == 0
 
 
+MESH_AXIS = "env"
+
+
 def make_mesh(config: Config) -> Mesh:
     """1-D mesh over the devices that split the env batch."""
     devices = jax.devices()
@@ -128,13 +138,13 @@ def make_mesh(config: Config) -> Mesh:
     num_envs = config.train.num_envs
     if num_envs % wanted:
         raise ValueError(f"train.num_envs={num_envs} must be divisible by the {wanted} devices of the mesh")
-    return Mesh(np.asarray(devices[:wanted]), ("env",))
+    return Mesh(np.asarray(devices[:wanted]), (MESH_AXIS,))
 
 
 def state_shardings(mesh: Mesh, trainer: Trainer, abstract: Any) -> Any:
     """Shardings for a seed-batched state: env-batched leaves split on axis 1 (after seeds), the rest replicated."""
     replicated = NamedSharding(mesh, PartitionSpec())
-    by_env = NamedSharding(mesh, PartitionSpec(None, "env"))
+    by_env = NamedSharding(mesh, PartitionSpec(None, MESH_AXIS))
     one_seed = jax.tree.map(lambda s: jax.ShapeDtypeStruct(s.shape[1:], s.dtype), abstract)
     return jax.tree.map(lambda batched: by_env if batched else replicated, trainer.env_batched(one_seed))
 
@@ -160,8 +170,24 @@ class Session:
         self.replicated = NamedSharding(self.mesh, PartitionSpec())
         self._init = jax.jit(init, out_shardings=self.shardings)
         self.updates_per_call = config.train.updates_per_call
+        count = self.mesh.devices.size
+        # data parallel where the trainer supports it: one program per device over its share of
+        # the environments, gradients averaged (a global program over the sharded batch shuffled
+        # every minibatch across the devices, and took twice as long on two CPU devices as on one)
+        self.data_parallel = count > 1 and hasattr(self.trainer, "axis_name")
+        if self.data_parallel:
+            specs = jax.tree.map(lambda sharding: sharding.spec, self.shardings)
+            chunk = jax.shard_map(functools.partial(self._chunk_fn, data_parallel(self.trainer, MESH_AXIS, count)),
+                                  mesh=self.mesh, in_specs=(specs, PartitionSpec(), PartitionSpec()),
+                                  out_specs=(specs, PartitionSpec()),
+                                  # the step's regions (lax.cond with zeros in the untaken branch)
+                                  # do not type-check device-varying values; what leaves replicated
+                                  # (parameters, metrics) is averaged over the devices first
+                                  check_vma=False)
+        else:
+            chunk = functools.partial(self._chunk_fn, self.trainer)
         self._chunk = jax.jit(
-            self._chunk_fn, in_shardings=(self.shardings, self.replicated, self.replicated),
+            chunk, in_shardings=(self.shardings, self.replicated, self.replicated),
             out_shardings=(self.shardings, self.replicated), donate_argnums=0,
         )
         # replicated: every process of a distributed run gets the whole evaluation
@@ -170,9 +196,10 @@ class Session:
     def init(self):
         return self._init(self.keys)
 
-    def _chunk_fn(self, state, active: jax.Array, num_updates: jax.Array):
-        """Every seed's :func:`update_chunk`; metrics come back as ``{name: [updates_per_call, seeds]}``."""
-        chunk = over_seeds(lambda s: update_chunk(self.trainer, s, active, num_updates, self.updates_per_call),
+    def _chunk_fn(self, trainer, state, active: jax.Array, num_updates: jax.Array):
+        """Every seed's :func:`update_chunk` of ``trainer`` (the session's, or inside the
+        ``shard_map`` its data-parallel copy); metrics come back as ``{name: [updates_per_call, seeds]}``."""
+        chunk = over_seeds(lambda s: update_chunk(trainer, s, active, num_updates, self.updates_per_call),
                            self.seed_axis)
         state, metrics = chunk(state)
         return state, jax.tree.map(lambda m: jnp.swapaxes(m, 0, 1), metrics)
@@ -257,8 +284,51 @@ def _seed_mean(values: np.ndarray):
     return float(mean) if mean.ndim == 0 else [float(x) for x in mean]
 
 
+MAX_AUTO_CPU_DEVICES = 8
+HOST_DEVICES_FLAG = "--xla_force_host_platform_device_count"
+
+
+def cpu_device_count(config: Config, cores: int) -> int:
+    """How many host devices ``train.cpu_devices`` asks for on a machine of ``cores`` usable
+    cores: the number itself, or for 0 the most, up to ``min(cores, MAX_AUTO_CPU_DEVICES)``,
+    that split ``train.num_envs`` into equal shares of whole minibatches (recurrent networks:
+    whole environments per minibatch), so that every algorithm's data-parallel copy fits."""
+    t = config.train
+    if t.cpu_devices:
+        return t.cpu_devices
+    if config.algo == "pqn_vdn":
+        minibatches, unit = config.pqn.num_minibatches, 1
+    else:
+        minibatches = t.num_minibatches
+        unit = minibatches if config.network.recurrent else 1
+    for count in range(max(1, min(cores, MAX_AUTO_CPU_DEVICES)), 1, -1):
+        share = t.num_envs // count
+        if t.num_envs % (count * unit) == 0 and (share * t.num_steps) % minibatches == 0:
+            return count
+    return 1
+
+
+def configure_cpu_devices(config: Config) -> Optional[int]:
+    """Splits the CPU into ``cpu_device_count`` host devices (``jax_num_cpu_devices``) before
+    JAX starts its backends; returns the count, or None where it was left alone: XLA_FLAGS
+    already sets the host device count, or the backends were started (a caller that used
+    JAX before, such as a test)."""
+    if HOST_DEVICES_FLAG in os.environ.get("XLA_FLAGS", ""):
+        return None
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    count = cpu_device_count(config, cores)
+    try:
+        jax.config.update("jax_num_cpu_devices", count)
+    except RuntimeError as err:  # the backends are up: their devices stay as they are
+        log.debug("train.cpu_devices left alone: %s", err)
+        return None
+    return count
+
+
 def open_run(config: Config) -> Path:
-    """Joins the other hosts (``distributed``), then creates or reopens the run folder."""
+    """Splits the CPU into host devices (``train.cpu_devices``), joins the other hosts
+    (``distributed``), then creates or reopens the run folder."""
+    configure_cpu_devices(config)
     init_distributed(config)
     when = None
     if jax.process_count() > 1:  # every process names the folder by process 0's clock

@@ -7,7 +7,8 @@ checkpoints and evaluates. :class:`cube_jax.rl.ppo.PPO` (IPPO and MAPPO) is one.
 """
 from __future__ import annotations
 
-from typing import Any, Dict, Protocol, Tuple
+import copy
+from typing import Any, Dict, Optional, Protocol, Tuple
 
 import jax
 import jax.numpy as jnp
@@ -216,24 +217,72 @@ def run_epochs(epoch, runner, samples, schedule, count: int):
     return key, params, opt_state, stats
 
 
-def mask_mean(x: jax.Array, mask: jax.Array) -> jax.Array:
-    """Mean of ``x`` where ``mask``; NaN when the mask is empty (no episode finished)."""
+def mask_mean(x: jax.Array, mask: jax.Array, axis_name: Optional[str] = None) -> jax.Array:
+    """Mean of ``x`` where ``mask``; NaN when the mask is empty (no episode finished). With
+    ``axis_name`` (a data-parallel trainer's device axis) over every device's ``x`` and ``mask``."""
     count = mask.sum()
     total = jnp.sum(jnp.where(mask, x.astype(jnp.float32), 0.0))
+    if axis_name is not None:
+        count, total = lax.psum((count, total), axis_name)
     return jnp.where(count > 0, total / jnp.maximum(count, 1), jnp.nan)
 
 
-def episode_metrics(episode: Dict[str, jax.Array], num_blocks: int) -> Metrics:
+def episode_metrics(episode: Dict[str, jax.Array], num_blocks: int, axis_name: Optional[str] = None) -> Metrics:
     """A rollout's training-episode metrics from its LogWrapper statistics (each ``[T, E]``):
-    means over the episodes that ended in it (NaN when none did), and how many ended."""
+    means over the episodes that ended in it (NaN when none did), and how many ended; with
+    ``axis_name``, over the environments of every device."""
     done = episode["returned_episode"]
+    ended = done.sum()
     return {
-        "episode_return": mask_mean(episode["episode_return"], done),
-        "success_rate": mask_mean(episode["success"], done),
-        "blocks_delivered_frac": mask_mean(episode["blocks_delivered"] / num_blocks, done),
-        "episode_length": mask_mean(episode["episode_length"], done),
-        "episodes": done.sum(),
+        "episode_return": mask_mean(episode["episode_return"], done, axis_name),
+        "success_rate": mask_mean(episode["success"], done, axis_name),
+        "blocks_delivered_frac": mask_mean(episode["blocks_delivered"] / num_blocks, done, axis_name),
+        "episode_length": mask_mean(episode["episode_length"], done, axis_name),
+        "episodes": ended if axis_name is None else lax.psum(ended, axis_name),
     }
+
+
+# --- data parallel: the env batch split over devices, each with its own program ---------------
+def local_key(key: jax.Array, axis_name: Optional[str]) -> jax.Array:
+    """``key`` for randomness of this device's own environments and samples: folded with the
+    device's index on ``axis_name``; ``key`` itself outside a data-parallel program."""
+    return key if axis_name is None else jax.random.fold_in(key, lax.axis_index(axis_name))
+
+
+def across_devices(tree: Any, axis_name: Optional[str]) -> Any:
+    """The mean of ``tree`` over the devices of ``axis_name`` (gradients, statistics); ``tree``
+    itself outside a data-parallel program."""
+    return tree if axis_name is None else lax.pmean(tree, axis_name)
+
+
+def data_parallel(trainer: Any, axis_name: str, count: int) -> Any:
+    """A copy of ``trainer`` that updates one device's share of the environments inside a
+    ``shard_map`` over ``axis_name`` (``count`` devices), as PureJaxRL and JaxMARL split
+    environments over devices: each device steps ``num_envs / count`` environments, shuffles
+    its own samples into minibatches of ``1 / count`` of the size, and every minibatch
+    step averages the devices' gradients (:func:`across_devices`), so the parameters stay
+    the same on all of them; episode statistics and losses are over all devices.
+
+    The trainer opts in with an ``axis_name`` attribute (None outside such a program) and
+    the sizes ``num_envs``, ``batch_size`` and ``minibatch_size`` (and ``env_multiple``, what
+    each device's environments must be a multiple of, when not 1); its budget
+    (``num_updates``) stays the whole run's. ValueError where the sizes do not split.
+    """
+    if count == 1:
+        return trainer
+    unit = getattr(trainer, "env_multiple", 1)  # e.g. recurrent minibatches take whole environments
+    if trainer.num_envs % (count * unit) or trainer.minibatch_size % count:
+        raise ValueError(
+            f"data parallel over {count} devices: train.num_envs={trainer.num_envs} does not split into "
+            f"{count} equal shares" + (f", each a multiple of {unit} environments" if unit > 1 else "")
+            + " with whole minibatches (choose train.num_envs accordingly, or fewer devices: "
+            "train.num_devices, train.cpu_devices)")
+    local = copy.copy(trainer)
+    local.axis_name = axis_name
+    local.num_envs = trainer.num_envs // count
+    local.batch_size = trainer.batch_size // count
+    local.minibatch_size = trainer.minibatch_size // count
+    return local
 
 
 def stagger_start(env, env_state, key: jax.Array):
