@@ -143,8 +143,9 @@ def main(algo: str, argv: Optional[List[str]] = None) -> Dict[str, Any]:
     """Parses the command line, trains, evaluates and writes the run folder; returns the summary."""
     configure_logging()
     config = parse_args(algo, argv)  # bad input stops here, before the training stack loads
-    from cube_jax.rl.run import DistributedError, open_run, train_and_report
+    from cube_jax.rl.run import DistributedError, configure_cpu_devices, open_run, train_and_report
 
+    configure_cpu_devices(config)  # before JAX starts: one CPU device per core (train.cpu_devices)
     try:
         run_dir = open_run(config)
     except DistributedError as err:

@@ -13,7 +13,8 @@ that supports it (IPPO, MAPPO, PQN-VDN) runs data parallel: the chunk is a ``sha
 in which each device updates its own share of the environments with
 :func:`~cube_jax.rl.trainer.data_parallel`'s copy of the trainer, averaging gradients
 with the others at every minibatch step. On the CPU, ``train.cpu_devices`` splits the
-host into such devices, one per core (:func:`configure_cpu_devices`). With ``distributed.coordinator`` set,
+host into such devices, one per core (:func:`configure_cpu_devices`, which the baseline
+scripts call before JAX starts). With ``distributed.coordinator`` set,
 ``jax.distributed`` joins several hosts first and the mesh spans all their devices.
 
 Results reach the host through ``fetch(tree, what)`` (default ``jax.device_get``); the
@@ -312,7 +313,8 @@ def configure_cpu_devices(config: Config) -> Optional[int]:
     """Splits the CPU into ``cpu_device_count`` host devices (``jax_num_cpu_devices``) before
     JAX starts its backends; returns the count, or None where it was left alone: XLA_FLAGS
     already sets the host device count, or the backends were started (a caller that used
-    JAX before, such as a test)."""
+    JAX before). The baseline scripts call it first thing; a program of its own calls it
+    before its first JAX operation (it sets the process's devices for good)."""
     if HOST_DEVICES_FLAG in os.environ.get("XLA_FLAGS", ""):
         return None
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
@@ -326,9 +328,7 @@ def configure_cpu_devices(config: Config) -> Optional[int]:
 
 
 def open_run(config: Config) -> Path:
-    """Splits the CPU into host devices (``train.cpu_devices``), joins the other hosts
-    (``distributed``), then creates or reopens the run folder."""
-    configure_cpu_devices(config)
+    """Joins the other hosts (``distributed``), then creates or reopens the run folder."""
     init_distributed(config)
     when = None
     if jax.process_count() > 1:  # every process names the folder by process 0's clock
