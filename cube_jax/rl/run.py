@@ -42,7 +42,7 @@ from cube_jax.rl import checkpoint, outputs, transfer
 from cube_jax.rl.config import Config
 from cube_jax.rl.ppo import PPO
 from cube_jax.rl.pqn import PQN
-from cube_jax.rl.trainer import Trainer, data_parallel, over_seeds, seed_axis, update_chunk
+from cube_jax.rl.trainer import Trainer, data_parallel, over_seeds, seed_axis, splits_over, update_chunk
 
 log = logging.getLogger(__name__)
 
@@ -303,8 +303,8 @@ def cpu_device_count(config: Config, cores: int) -> int:
         minibatches = t.num_minibatches
         unit = minibatches if config.network.recurrent else 1
     for count in range(max(1, min(cores, MAX_AUTO_CPU_DEVICES)), 1, -1):
-        share = t.num_envs // count
-        if t.num_envs % (count * unit) == 0 and (share * t.num_steps) % minibatches == 0:
+        # samples per environment: its steps (PPO's batch also counts agents, which only helps)
+        if splits_over(count, t.num_envs, t.num_steps, minibatches, unit):
             return count
     return 1
 
@@ -317,8 +317,9 @@ def configure_cpu_devices(config: Config) -> Optional[int]:
     before its first JAX operation (it sets the process's devices for good)."""
     if HOST_DEVICES_FLAG in os.environ.get("XLA_FLAGS", ""):
         return None
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    count = cpu_device_count(config, cores)
+    from cube_jax.analytics.report import default_jobs  # the CPUs this process may run on
+
+    count = cpu_device_count(config, default_jobs())
     try:
         jax.config.update("jax_num_cpu_devices", count)
     except RuntimeError as err:  # the backends are up: their devices stay as they are

@@ -255,6 +255,15 @@ def across_devices(tree: Any, axis_name: Optional[str]) -> Any:
     return tree if axis_name is None else lax.pmean(tree, axis_name)
 
 
+def splits_over(count: int, num_envs: int, samples_per_env: int, minibatches: int, env_multiple: int = 1) -> bool:
+    """Whether ``count`` devices can each take an equal share of ``num_envs`` environments, a
+    multiple of ``env_multiple``, whose ``share * samples_per_env`` samples split into
+    ``minibatches`` equal minibatches: what :func:`data_parallel` needs of a trainer, and
+    what ``train.cpu_devices``'s automatic count (:func:`cube_jax.rl.run.cpu_device_count`)
+    looks for."""
+    return num_envs % (count * env_multiple) == 0 and (num_envs // count * samples_per_env) % minibatches == 0
+
+
 def data_parallel(trainer: Any, axis_name: str, count: int) -> Any:
     """A copy of ``trainer`` that updates one device's share of the environments inside a
     ``shard_map`` over ``axis_name`` (``count`` devices), as PureJaxRL and JaxMARL split
@@ -271,7 +280,8 @@ def data_parallel(trainer: Any, axis_name: str, count: int) -> Any:
     if count == 1:
         return trainer
     unit = getattr(trainer, "env_multiple", 1)  # e.g. recurrent minibatches take whole environments
-    if trainer.num_envs % (count * unit) or trainer.minibatch_size % count:
+    if not splits_over(count, trainer.num_envs, trainer.batch_size // trainer.num_envs,
+                       trainer.batch_size // trainer.minibatch_size, unit):
         raise ValueError(
             f"data parallel over {count} devices: train.num_envs={trainer.num_envs} does not split into "
             f"{count} equal shares" + (f", each a multiple of {unit} environments" if unit > 1 else "")
