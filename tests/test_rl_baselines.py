@@ -121,12 +121,12 @@ def ippo_run(tmp_path_factory):
 def test_ippo_script_writes_the_run_folder(ippo_run):
     summary = check_run_folder(ippo_run, updates=3, algo="ippo")
     assert summary["num_seeds"] == 4  # the CPU preset trains four seeds at once
-    from cube_jax.analytics.report import default_jobs
+    from cube_jax.cpus import usable_cpus
     from cube_jax.rl import config as C
     from cube_jax.rl.run import HOST_DEVICES_FLAG, cpu_device_count
 
     if HOST_DEVICES_FLAG not in os.environ.get("XLA_FLAGS", ""):  # the script split the CPU: one device per core
-        assert summary["devices"] == cpu_device_count(C.build("ippo", overrides=TINY), default_jobs())
+        assert summary["devices"] == cpu_device_count(C.build("ippo", overrides=TINY), usable_cpus())
     assert summary["env"]["scenario"] == "easy"
     assert summary["updates"] == 3
     rows = [json.loads(line) for line in (ippo_run / "metrics.jsonl").read_text().splitlines()]

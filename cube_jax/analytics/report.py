@@ -54,6 +54,7 @@ from cube_jax.analytics.intervals import CONFIDENCE, RESAMPLES, summarize
 from cube_jax.analytics.metrics import METRICS, episode_metrics
 from cube_jax.analytics.traces import (RecordError, collector_paused, header_fields, load_metric_records, problem_of,
                                       run_fields, trace_paths)
+from cube_jax.cpus import usable_cpus
 from cube_jax.files import write_atomic
 from cube_jax.trace import TraceError, TraceProblem, validate_trace
 
@@ -215,7 +216,4 @@ def validate_traces(sources: Iterable[PathLike]) -> List[TraceFailure]:
 
 def default_jobs() -> int:
     """The processes a report uses by default: the CPUs this process may run on."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover - platforms without sched_getaffinity
-        return os.cpu_count() or 1
+    return usable_cpus()

@@ -38,6 +38,7 @@ import numpy as np
 from jax.experimental import multihost_utils
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+from cube_jax.cpus import usable_cpus
 from cube_jax.rl import checkpoint, outputs, transfer
 from cube_jax.rl.config import Config
 from cube_jax.rl.ppo import PPO
@@ -317,9 +318,7 @@ def configure_cpu_devices(config: Config) -> Optional[int]:
     before its first JAX operation (it sets the process's devices for good)."""
     if HOST_DEVICES_FLAG in os.environ.get("XLA_FLAGS", ""):
         return None
-    from cube_jax.analytics.report import default_jobs  # the CPUs this process may run on
-
-    count = cpu_device_count(config, default_jobs())
+    count = cpu_device_count(config, usable_cpus())
     try:
         jax.config.update("jax_num_cpu_devices", count)
     except RuntimeError as err:  # the backends are up: their devices stay as they are
