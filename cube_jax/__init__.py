@@ -8,6 +8,7 @@
 (4,)
 """
 from cube_jax.core.env import CubeEnv, layout, make
+from cube_jax.core.layouts import CountsLayouts, CurriculumLayouts, FixedLayout, Layout, LayoutGenerator, PoolLayouts
 from cube_jax.core.observations import OBSERVATION_FORMS, ObservationForm, grid_observation
 from cube_jax.core.scenario import Scenario
 from cube_jax.core.types import ACTION_NAMES, DOWN, LEFT, NUM_ACTIONS, RIGHT, STAY, UP, EnvConfig, State, StepEvents, TimeStep
@@ -22,13 +23,19 @@ def parallel_env(*args, **kwargs):
 
 __all__ = [
     "ACTION_NAMES",
+    "CountsLayouts",
     "CubeEnv",
+    "CurriculumLayouts",
     "DOWN",
     "EnvConfig",
+    "FixedLayout",
     "LEFT",
+    "Layout",
+    "LayoutGenerator",
     "NUM_ACTIONS",
     "OBSERVATION_FORMS",
     "ObservationForm",
+    "PoolLayouts",
     "RIGHT",
     "STAY",
     "Scenario",

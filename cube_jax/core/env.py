@@ -7,7 +7,6 @@ once. Both are pure, so ``jax.jit`` and ``jax.vmap`` over them work as usual.
 """
 from __future__ import annotations
 
-import dataclasses
 import functools
 from typing import Optional, Tuple, Union
 
@@ -16,6 +15,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from cube_jax.core import generator, threefry
+from cube_jax.core.layouts import (CountsLayouts, CurriculumLayouts, FixedLayout, Layout, LayoutGenerator,
+                                   PoolLayouts)
 from cube_jax.core.checks import (
     MAX_EPISODE_STEPS,
     MAX_GRID_SIZE,
@@ -32,14 +33,6 @@ from cube_jax.core.scenario import Scenario, load_scenario, render_ascii
 from cube_jax.core.types import NUM_ACTIONS, EnvConfig, State, StepEvents, TimeStep
 
 
-@dataclasses.dataclass(frozen=True)
-class LayoutSource:
-    """Static description of where reset layouts come from (part of the jit key)."""
-
-    curriculum_n: int = 0  # > 0: draw a fresh n-curriculum layout from the key at every reset
-    weights: Tuple[int, ...] = ()
-
-
 @functools.partial(jax.jit, static_argnums=(0,))
 def _step(cfg: EnvConfig, state: State, actions: jax.Array) -> Tuple[State, TimeStep]:
     state, delivered_weight, events = batched_step(cfg)(state, actions)
@@ -47,63 +40,73 @@ def _step(cfg: EnvConfig, state: State, actions: jax.Array) -> Tuple[State, Time
     return state, TimeStep(observe(cfg, state), reward, terminated, truncated, events)
 
 
-def _start_state(cfg: EnvConfig, agent_pos, block_pos, weight, key) -> State:
+def _start_state(cfg: EnvConfig, lay: Layout, key) -> State:
     return State(
-        agent_pos=agent_pos,
-        block_pos=block_pos,
-        block_weight=weight,
-        block_alive=jnp.ones(weight.shape, bool),
-        t=jnp.zeros(weight.shape[:-1], jnp.int32),
+        agent_pos=lay.agent_pos,
+        block_pos=lay.block_pos,
+        block_weight=lay.block_weight,
+        block_alive=jnp.ones(lay.block_weight.shape, bool),
+        t=jnp.zeros(lay.block_weight.shape[:-1], jnp.int32),
         key=key,
         grid_size=cfg.grid_size,
     )
 
 
 @functools.partial(jax.jit, static_argnums=(0,))
-def _pool_observations(cfg: EnvConfig, pool: dict) -> jax.Array:
-    """The t=0 observation of every pool layout, float32[P, ...]."""
-    keys = jnp.zeros((pool["agent_pos"].shape[0], 2), jnp.uint32)
-    states = _start_state(cfg, pool["agent_pos"], pool["block_pos"], pool["block_weight"], keys)
-    return jax.vmap(lambda st: observe(cfg, st))(states)
+def _first_observations(cfg: EnvConfig, layouts: Layout) -> jax.Array:
+    """The t=0 observation of every layout of a batch, float32[P, ...]."""
+    keys = jnp.zeros((layouts.agent_pos.shape[0], 2), jnp.uint32)
+    return jax.vmap(lambda st: observe(cfg, st))(_start_state(cfg, layouts, keys))
 
 
-@functools.partial(jax.jit, static_argnums=(0, 1))
-def _reset(cfg: EnvConfig, source: LayoutSource, pool: dict, key: jax.Array) -> Tuple[State, TimeStep]:
-    key, layout_key = threefry.split(key)  # jax.random.split(key), without the CPU's loop
-    if source.curriculum_n:
-        agent_pos, block_pos, _ = generator.sample_layout(layout_key, source.curriculum_n, source.weights)
-        weight = jnp.asarray(source.weights, jnp.int32)
-    else:
-        i = jax.random.randint(layout_key, (), 0, pool["agent_pos"].shape[0])
-        agent_pos, block_pos, weight = pool["agent_pos"][i], pool["block_pos"][i], pool["block_weight"][i]
-    state = _start_state(cfg, agent_pos, block_pos, weight, key)
-    # Pool layouts carry their first observation, so a pooled reset is a gather: auto-reset
-    # under vmap pays a reset at every step.
-    first_obs = pool["observation"][i] if "observation" in pool else observe(cfg, state)
-    ts = TimeStep(
-        observation=first_obs,
+def _first_timestep(cfg: EnvConfig, observation) -> TimeStep:
+    return TimeStep(
+        observation=observation,
         reward=jnp.zeros((cfg.num_agents,), jnp.float32),
         terminated=jnp.array(False),
         truncated=jnp.array(False),
         events=StepEvents.zeros(cfg.num_agents, cfg.num_blocks),
     )
-    return state, ts
+
+
+@functools.partial(jax.jit, static_argnums=(0,))
+def _reset(cfg: EnvConfig, source: LayoutGenerator, key: jax.Array) -> Tuple[State, TimeStep]:
+    key, layout_key = threefry.split(key)  # jax.random.split(key), without the CPU's loop
+    state = _start_state(cfg, source(layout_key), key)
+    # Pool layouts carry their first observation, so a pooled reset is a gather: auto-reset
+    # under vmap pays a reset at every step.
+    first_obs = source.first_observation(layout_key)
+    return state, _first_timestep(cfg, observe(cfg, state) if first_obs is None else first_obs)
+
+
+@functools.partial(jax.jit, static_argnums=(0,))
+def _reset_to(cfg: EnvConfig, lay: Layout, key: jax.Array) -> Tuple[State, TimeStep]:
+    state = _start_state(cfg, lay, key)
+    return state, _first_timestep(cfg, observe(cfg, state))
 
 
 class CubeEnv:
     """A CUBE world family with fixed shapes. Build it with :func:`make`."""
 
-    def __init__(self, cfg: EnvConfig, source: LayoutSource, pool: dict, name: str):
+    def __init__(self, cfg: EnvConfig, generator: LayoutGenerator, name: str, curriculum_n: int = 0):
         self.cfg = cfg
-        self.source = source
-        self.pool = pool  # dict of arrays with a leading layout axis (empty for fresh curriculum draws)
+        self.generator = generator  # where reset's layouts come from (cube_jax.core.layouts)
         self.name = name
+        self.curriculum_n = curriculum_n  # n for a world of the n-curriculum (fresh or pooled), else 0
 
     # -- the pure API ----------------------------------------------------------------------
     def reset(self, key: jax.Array) -> Tuple[State, TimeStep]:
         """A new episode from ``key``; the key is kept in the state for later resets."""
         _check_key(key)
-        return _reset(self.cfg, self.source, self.pool, key)
+        return _reset(self.cfg, self.generator, key)
+
+    def reset_to(self, lay: Layout, key: jax.Array) -> Tuple[State, TimeStep]:
+        """A new episode from the given layout (of this world's shapes), ``key`` kept in the state.
+
+        ``env.reset(key)`` is ``env.reset_to(env.generator(layout_key), key)`` with the layout key
+        split from ``key``; this one starts a test episode from its test layout."""
+        _check_key(key)
+        return _reset_to(self.cfg, lay, key)
 
     def step(self, state: State, actions: jax.Array) -> Tuple[State, TimeStep]:
         """One step of DYNAMICS.md for ``actions`` int32[N]; no key and no auto-reset.
@@ -139,9 +142,20 @@ class CubeEnv:
     @property
     def max_weight(self) -> int:
         """The heaviest block weight any reset of this environment can produce."""
-        if self.source.curriculum_n:
-            return max(self.source.weights)
-        return int(np.max(np.asarray(self.pool["block_weight"])))
+        return self.generator.max_weight
+
+    @property
+    def block_weights(self) -> Tuple[int, ...]:
+        """Every block's weight, block id order (the same at every reset)."""
+        return self.generator.weights
+
+    @property
+    def pool(self) -> dict:
+        """A pool's layouts as a dict of arrays with a leading layout axis ({} when not pooled)."""
+        if not isinstance(self.generator, PoolLayouts):
+            return {}
+        lay = self.generator.layouts
+        return {"agent_pos": lay.agent_pos, "block_pos": lay.block_pos, "block_weight": lay.block_weight}
 
     @property
     def num_actions(self) -> int:
@@ -304,6 +318,11 @@ def _check_int(name: str, value, minimum: int, maximum: Optional[int] = None, wh
     return as_int(value, name, minimum=minimum, maximum=maximum, why=why)
 
 
+COOP2 = "coop2"  # the named world of COOP²'s CUBE setting
+COOP2_GRID = 15
+COOP2_COUNTS = {3: 3, 2: 3, 1: 3}
+COOP2_MAX_STEPS = 50
+
 # A pool of pre-drawn layouts (with their first observations) is kept on the device.
 MAX_POOL_BYTES = 2**31
 
@@ -338,6 +357,7 @@ def make(
     view_radius: int = 3,
     pool_size: int = 0,
     pool_seed: int = 0,
+    layouts: Optional[LayoutGenerator] = None,
 ) -> CubeEnv:
     """Builds a CUBE environment.
 
@@ -345,6 +365,12 @@ def make(
     a fresh layout drawn from the key at every reset. ``pool_size=P`` instead draws P
     layouts once (from ``pool_seed``) and has reset pick one by the key, which makes reset
     a cheap gather (what auto-reset under ``vmap`` pays every step).
+
+    ``make("coop2", num_agents=3)``: COOP²'s CUBE setting, a fresh 15 x 15 layout with three
+    blocks of each weight 1-3 at every reset (placed by the curriculum's rules), 50 steps.
+    ``make(layouts=generator)``: any :class:`~cube_jax.core.layouts.LayoutGenerator`. A pool
+    (``pool_size``) of a world that draws its layouts never holds a test layout of the
+    benchmark suite (:mod:`cube_jax.core.suite`): they are left out and replaced by further draws.
 
     ``make("easy")``, ``make(scenario="hard")``, ``make(scenario=Scenario(...))`` or
     ``make(scenario="configs/scenarios/x.yaml")``: an exact layout at every reset;
@@ -371,49 +397,40 @@ def make(
         deliver_reward = as_real(deliver_reward, "deliver_reward")
     if num_agents is not None:
         num_agents = _check_int("num_agents", num_agents, 1)
-    if (n is None) == (scenario is None):
-        raise ValueError("make: give exactly one of n=<team size> or scenario=<name, path or Scenario>")
+    if sum(x is not None for x in (n, scenario, layouts)) != 1:
+        raise ValueError("make: give exactly one of n=<team size>, scenario=<name, path or Scenario> or "
+                         "layouts=<a LayoutGenerator>")
+    curriculum_n = 0
     if n is not None:
         n = _check_int("n", n, 1, MAX_GRID_SIZE, f"the grid side is max(20, n) and at most {MAX_GRID_SIZE}")
         if num_agents is not None and num_agents != n:
             raise ValueError(f"make: num_agents={num_agents} contradicts n={n}; the curriculum uses n agents")
-        weights = tuple(generator.block_weights(n))
-        k = generator.grid_size_for(n)
-        name = f"cube-n{n}"
-        num_agents, num_blocks = n, len(weights)
-        default_steps, default_cost, default_reward = generator.default_max_steps(n), 0.01, 1.0
-        _check_sizes(observation, view_radius, k, num_agents, num_blocks, pool_size)
-        if pool_size:
-            keys = jax.random.split(jax.random.PRNGKey(pool_seed), pool_size)
-            agent_pos, block_pos, ok = jax.jit(
-                jax.vmap(lambda kk: generator.sample_layout(kk, n, weights))
-            )(keys)
-            if not bool(np.all(np.asarray(ok))):
-                raise RuntimeError(f"make(n={n}): block placement failed for some pool layouts")
-            pool = {
-                "agent_pos": agent_pos,
-                "block_pos": block_pos,
-                "block_weight": jnp.broadcast_to(jnp.asarray(weights, jnp.int32), (pool_size, len(weights))),
-            }
-            source = LayoutSource()
-        else:
-            pool = {}
-            source = LayoutSource(curriculum_n=n, weights=weights)
+        source, name, curriculum_n = CurriculumLayouts.of(n), f"cube-n{n}", n
+        defaults = (generator.default_max_steps(n), 0.01, 1.0)
+    elif isinstance(scenario, str) and scenario == COOP2:
+        agents = 3 if num_agents is None else num_agents
+        if agents > COOP2_GRID:
+            raise ValueError(f"make('coop2'): num_agents={agents} do not fit in column 0 of the {COOP2_GRID}x"
+                             f"{COOP2_GRID} grid")
+        source, name = CountsLayouts.of(COOP2_GRID, agents, COOP2_COUNTS), f"coop2-{agents}"
+        defaults = (COOP2_MAX_STEPS, 0.01, 1.0)
+    elif layouts is not None:
+        if not isinstance(layouts, LayoutGenerator):
+            raise ValueError(f"make: layouts must be a cube_jax.LayoutGenerator, got {excerpt(layouts)}")
+        if num_agents is not None and num_agents != layouts.num_agents:
+            raise ValueError(f"make: num_agents={num_agents} contradicts the generator's {layouts.num_agents} agents")
+        source, name = layouts, type(layouts).__name__
+        defaults = (4 * layouts.grid_size * layouts.num_blocks, 0.01, 1.0)
     else:
         if pool_size:
-            raise ValueError("make: pool_size applies to the n-curriculum only; a scenario has one layout")
+            raise ValueError("make: pool_size applies to the n-curriculum and the other worlds that draw their "
+                             "layouts ('coop2'); a scenario has one layout")
         sc = load_scenario(scenario, num_agents=num_agents)
-        name, k = sc.name, sc.grid_size
-        num_agents, num_blocks = len(sc.agents), len(sc.blocks)
-        _check_sizes(observation, view_radius, k, num_agents, num_blocks, 0)
-        weights = tuple(w for _, _, w in sc.blocks)
-        default_steps, default_cost, default_reward = sc.max_steps, sc.step_cost, sc.deliver_reward
-        pool = {
-            "agent_pos": jnp.asarray([sc.agents], jnp.int32),
-            "block_pos": jnp.asarray([[(r, c) for r, c, _ in sc.blocks]], jnp.int32),
-            "block_weight": jnp.asarray([weights], jnp.int32),
-        }
-        source = LayoutSource()
+        source, name = FixedLayout.of(sc.agents, sc.blocks, sc.grid_size), sc.name
+        defaults = (sc.max_steps, sc.step_cost, sc.deliver_reward)
+    k, num_agents, num_blocks = source.grid_size, source.num_agents, source.num_blocks
+    _check_sizes(observation, view_radius, k, num_agents, num_blocks, pool_size)
+    default_steps, default_cost, default_reward = defaults
     max_steps = default_steps if max_steps is None else max_steps
     cfg = EnvConfig(
         grid_size=k,
@@ -425,7 +442,9 @@ def make(
         observation=observation,
         view_radius=int(view_radius),
     )
-    if pool:
-        pool["observation"] = _pool_observations(cfg, pool)
-    return CubeEnv(cfg, source, pool, name)
+    if pool_size:
+        # a pool leaves out every test layout of the suite (cube_jax.core.suite)
+        pool = PoolLayouts.draw(source, pool_size, pool_seed)
+        source = pool.with_observations(_first_observations(cfg, pool.layouts))
+    return CubeEnv(cfg, source, name, curriculum_n)
 

@@ -21,7 +21,7 @@ Rule (see docs/curriculum.md):
 from __future__ import annotations
 
 import math
-from typing import Dict, List, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import jax
 import jax.numpy as jnp
@@ -326,31 +326,34 @@ def _block_cells(block_key: jax.Array, first_words: jax.Array, weights: Tuple[in
     return pos, ok
 
 
-def _words_per_layout(n: int, weights: Tuple[int, ...]) -> Tuple[int, int]:
+def _words_per_layout(n: int, weights: Tuple[int, ...], k: int) -> Tuple[int, int]:
     """(agent words, block words) drawn for one layout's first attempt."""
-    k = grid_size_for(n)
     return _agent_draws(n, k), len(weights) * max(candidates_per_round(weights, k))
 
 
-def _layout_words(key: jax.Array, n: int, weights: Tuple[int, ...]) -> Tuple[jax.Array, int]:
+def _layout_words(key: jax.Array, n: int, weights: Tuple[int, ...], k: int) -> Tuple[jax.Array, int]:
     """(uint32 words of the layout's first attempt, how many of them are the agents')."""
-    agent_words, block_words = _words_per_layout(n, weights)
+    agent_words, block_words = _words_per_layout(n, weights, k)
     return threefry.bits(key, agent_words + block_words), agent_words  # = jax.random.bits, no loop
 
 
-def general_layout(agent_key: jax.Array, block_key: jax.Array, words: jax.Array, n: int, weights: Tuple[int, ...]):
+def general_layout(agent_key: jax.Array, block_key: jax.Array, words: jax.Array, n: int, weights: Tuple[int, ...],
+                   grid_size: Optional[int] = None):
     """The placement rule run in full, without the first-round shortcut of :func:`sample_layout`:
     (int32[n] agent rows, int32[B, 2] block cells, bool[] placed). ``words`` are the layout's
     first words (agents' rows, then every block's first round)."""
-    k = grid_size_for(n)
-    agent_words, _ = _words_per_layout(n, weights)
+    k = grid_size_for(n) if grid_size is None else int(grid_size)
+    agent_words, _ = _words_per_layout(n, weights, k)
     rows = _agent_rows(agent_key, words[:agent_words], n, k)
     cells, ok = _block_cells(block_key, words[agent_words:], weights, k)
     return rows, cells, ok
 
 
-def sample_layout(key: jax.Array, n: int, weights: Tuple[int, ...]):
+def sample_layout(key: jax.Array, n: int, weights: Tuple[int, ...], grid_size: Optional[int] = None):
     """Jittable curriculum layout: (agent_pos int32[n, 2], block_pos int32[B, 2], ok bool[]).
+
+    ``n`` agents and blocks of ``weights`` (heaviest first) on a ``grid_size`` grid (default:
+    the curriculum's ``max(20, n)``), placed by the curriculum's rules.
 
     Retries placement with fresh keys until it succeeds (at most PLACEMENT_ATTEMPTS).
     The same key always gives the same layout, batched or not.
@@ -362,9 +365,11 @@ def sample_layout(key: jax.Array, n: int, weights: Tuple[int, ...]):
     for a layout that needs it: under ``vmap`` a batch pays for it only when one of its
     layouts does.
     """
-    k = grid_size_for(n)
+    k = grid_size_for(n) if grid_size is None else int(grid_size)
+    if n > k:
+        raise ValueError(f"{n} agents do not fit in column 0 of a {k}x{k} grid")
     weights = tuple(int(w) for w in weights)
-    words, agent_words = _layout_words(key, n, weights)
+    words, agent_words = _layout_words(key, n, weights, k)
     if agent_words:
         rows, rows_ok = _rows_from_words(words[:agent_words], n, k)
     else:
@@ -377,7 +382,7 @@ def sample_layout(key: jax.Array, n: int, weights: Tuple[int, ...]):
         # layout), so that XLA cannot hoist the full rule out of the loop.
         flag = done.astype(jnp.uint32)
         return (jnp.array(True),) + general_layout(
-            jax.random.fold_in(key, 1 + flag), jax.random.fold_in(key, 2 + flag), words, n, weights
+            jax.random.fold_in(key, 1 + flag), jax.random.fold_in(key, 2 + flag), words, n, weights, k
         )
 
     _, rows, cells, ok = lax.while_loop(

@@ -91,9 +91,11 @@ class Section(BaseModel):
 class EnvSection(Section):
     scenario: Optional[Text] = Field("easy", description="a named scenario or a YAML path; null: the n-curriculum")
     n: Optional[PositiveInt] = Field(None, description="team size of the n-curriculum (when scenario is null)")
+    num_agents: Optional[PositiveInt] = Field(None, description="a scenario's first agents, or coop2's team size")
     observation: ObservationForm = Field("vector", description="per-agent observation form of cube_jax.make")
     view_radius: PositiveInt = 3
-    pool_size: NonNegativeInt = Field(4096, description="n-curriculum only: pre-drawn layouts for cheap auto-resets")
+    pool_size: NonNegativeInt = Field(4096, description="n-curriculum and coop2: pre-drawn layouts for cheap "
+                                                        "auto-resets (never a test layout of the suite)")
     max_steps: Optional[PositiveInt] = Field(None, description="null: the scenario's or curriculum's own limit")
 
     @model_validator(mode="after")
@@ -542,6 +544,10 @@ def env_kwargs(config: Config) -> Dict[str, Any]:
     kwargs: Dict[str, Any] = {"observation": env.observation, "view_radius": env.view_radius}
     if env.scenario is not None:
         kwargs["scenario"] = env.scenario
+        if env.num_agents is not None:
+            kwargs["num_agents"] = env.num_agents
+        if env.scenario == "coop2":  # a world that draws its layouts: a pool, as the curriculum's
+            kwargs["pool_size"] = env.pool_size
     else:
         kwargs["n"] = env.n
         kwargs["pool_size"] = env.pool_size

@@ -453,8 +453,7 @@ def train_and_report(config: Config, run_dir: Optional[Path] = None, fetch: Fetc
         "eval": {k: _seed_value(v, best) for k, v in greedy.items()} | {
             "episodes": config.eval.episodes,
             "greedy": config.eval.greedy,
-            "block_weights": [int(w) for w in np.asarray(trainer.env.pool["block_weight"][0])]
-            if trainer.env.pool else list(trainer.env.source.weights),
+            "block_weights": list(trainer.env.block_weights),
         },
         f"eval_{other}": {k: _seed_value(v, best) for k, v in sampled.items()},
         "eval_mean_over_seeds": {k: _seed_mean(v) for k, v in greedy.items()},

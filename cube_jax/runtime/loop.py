@@ -59,8 +59,8 @@ def env_spec(env: CubeEnv) -> Dict[str, Any]:
     spec = getattr(env, "make_kwargs", None)
     if spec is not None:
         return dict(spec)
-    if env.source.curriculum_n:
-        return {"n": env.source.curriculum_n, "max_steps": env.max_steps}
+    if env.curriculum_n:
+        return {"n": env.curriculum_n, "max_steps": env.max_steps}
     return {"scenario": env.name, "max_steps": env.max_steps}
 
 

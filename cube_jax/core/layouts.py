@@ -1,0 +1,230 @@
+"""Where reset's layouts come from: one object per way of making them.
+
+A layout is where every agent and block stands at t = 0 (:class:`Layout`). ``env.reset(key)``
+asks the environment's generator for one, so the ways of making layouts are objects passed to
+the environment rather than branches inside :func:`cube_jax.make`:
+
+* :class:`FixedLayout`: the same layout at every reset (a scenario);
+* :class:`CurriculumLayouts`: a fresh n-curriculum layout drawn from the key
+  (:mod:`cube_jax.core.generator`);
+* :class:`CountsLayouts`: a fresh layout with given block counts per weight on a given grid,
+  placed by the curriculum's rules (COOP²'s CUBE setting: 15 x 15, three blocks of each
+  weight 1-3);
+* :class:`PoolLayouts`: layouts drawn once, reset picking one by the key (a cheap gather).
+
+Every generator is a pytree whose shapes are static fields (``grid_size``, ``num_agents``,
+``weights``), so jit compiles once per shape and many fixed layouts of one shape share one
+program. Its ``__call__(key)`` is pure and jittable.
+
+>>> import jax
+>>> gen = CountsLayouts.of(grid_size=15, num_agents=3, counts={3: 3, 2: 3, 1: 3})
+>>> lay = gen(jax.random.PRNGKey(0))
+>>> lay.agent_pos.shape, lay.block_pos.shape, gen.weights
+((3, 2), (9, 2), (3, 3, 3, 2, 2, 2, 1, 1, 1))
+"""
+from __future__ import annotations
+
+from typing import Optional, Tuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import struct
+
+from cube_jax.core import generator
+
+
+@struct.dataclass
+class Layout:
+    """Where everything stands at t = 0 (a leading layout axis on every field for a batch)."""
+
+    agent_pos: jax.Array  # int32[N, 2] (row, col) of each agent, index = agent id
+    block_pos: jax.Array  # int32[B, 2] top-left (row, col) of each block, index = block id
+    block_weight: jax.Array  # int32[B] each block's weight
+
+    def digests(self) -> list:
+        """One hex digest per layout of a batch (host arrays), equal exactly when the layouts are."""
+        return layout_digests(self)
+
+
+def layout_digests(layouts: Layout) -> list:
+    """Short SHA-256 digests (16 hex digits) of each layout of a batch, in order."""
+    import hashlib
+
+    agents, blocks, weights = (np.asarray(a, np.int32) for a in (layouts.agent_pos, layouts.block_pos,
+                                                                  layouts.block_weight))
+    return [hashlib.sha256(a.tobytes() + b.tobytes() + w.tobytes()).hexdigest()[:16]
+            for a, b, w in zip(agents, blocks, weights)]
+
+
+@struct.dataclass
+class LayoutGenerator:
+    """The static shape every layout of a generator has; subclasses make the layouts."""
+
+    grid_size: int = struct.field(pytree_node=False)
+    num_agents: int = struct.field(pytree_node=False)
+    weights: Tuple[int, ...] = struct.field(pytree_node=False)  # every block's weight, block id order
+
+    def __call__(self, key: jax.Array) -> Layout:
+        raise NotImplementedError
+
+    @property
+    def num_blocks(self) -> int:
+        return len(self.weights)
+
+    @property
+    def max_weight(self) -> int:
+        return max(self.weights)
+
+    def first_observation(self, key: jax.Array):
+        """The t = 0 observation of ``self(key)`` when the generator holds it, else None."""
+        return None
+
+
+@struct.dataclass
+class FixedLayout(LayoutGenerator):
+    """The same layout at every reset."""
+
+    layout: Layout = None
+
+    @classmethod
+    def of(cls, agents, blocks, grid_size: int) -> "FixedLayout":
+        """From ``agents`` [(r, c)] and ``blocks`` [(r, c, w)] (a scenario's lists)."""
+        weights = tuple(int(w) for _, _, w in blocks)
+        layout = Layout(agent_pos=jnp.asarray(agents, jnp.int32).reshape(-1, 2),
+                        block_pos=jnp.asarray([(r, c) for r, c, _ in blocks], jnp.int32).reshape(-1, 2),
+                        block_weight=jnp.asarray(weights, jnp.int32))
+        return cls(grid_size=int(grid_size), num_agents=len(agents), weights=weights, layout=layout)
+
+    def __call__(self, key: jax.Array) -> Layout:
+        return self.layout
+
+
+def _placed(key: jax.Array, num_agents: int, weights: Tuple[int, ...], grid_size: int) -> Layout:
+    agent_pos, block_pos, _ = generator.sample_layout(key, num_agents, weights, grid_size)
+    return Layout(agent_pos, block_pos, jnp.asarray(weights, jnp.int32))
+
+
+@struct.dataclass
+class CountsLayouts(LayoutGenerator):
+    """A fresh layout from the key: agents on distinct rows of column 0, blocks placed by the
+    curriculum's rules (heaviest first, off the border, no two touching)."""
+
+    @classmethod
+    def of(cls, grid_size: int, num_agents: int, counts) -> "CountsLayouts":
+        """``counts``: ``{weight: count}`` or ``((weight, count), ...)``; blocks heaviest first."""
+        counts = dict(counts)
+        weights = tuple(int(w) for w in sorted(counts, reverse=True) for _ in range(int(counts[w])))
+        if not weights or min(weights) < 1:
+            raise ValueError(f"CountsLayouts: counts must give at least one block of weight >= 1, got {counts!r}")
+        if not 1 <= num_agents <= grid_size:
+            raise ValueError(f"CountsLayouts: {num_agents} agents do not fit in column 0 of a {grid_size}x{grid_size} "
+                             "grid")
+        if max(weights) > grid_size - 3:
+            raise ValueError(f"CountsLayouts: a block of weight {max(weights)} does not fit off the border of a "
+                             f"{grid_size}x{grid_size} grid")
+        return cls(grid_size=int(grid_size), num_agents=int(num_agents), weights=weights)
+
+    def __call__(self, key: jax.Array) -> Layout:
+        return _placed(key, self.num_agents, self.weights, self.grid_size)
+
+    @property
+    def counts(self) -> Tuple[Tuple[int, int], ...]:
+        """``((weight, count), ...)``, heaviest first."""
+        return tuple((w, self.weights.count(w)) for w in dict.fromkeys(self.weights))
+
+
+@struct.dataclass
+class CurriculumLayouts(LayoutGenerator):
+    """A fresh n-curriculum layout from the key (:mod:`cube_jax.core.generator`)."""
+
+    @classmethod
+    def of(cls, n: int) -> "CurriculumLayouts":
+        return cls(grid_size=generator.grid_size_for(n), num_agents=int(n), weights=tuple(generator.block_weights(n)))
+
+    @property
+    def n(self) -> int:
+        return self.num_agents
+
+    def __call__(self, key: jax.Array) -> Layout:
+        return _placed(key, self.num_agents, self.weights, self.grid_size)
+
+
+@struct.dataclass
+class PoolLayouts(LayoutGenerator):
+    """Layouts drawn once; reset picks one uniformly by the key.
+
+    Build it with :meth:`draw` (from another generator) or :meth:`of` (given layouts); both
+    refuse, or leave out, every layout of a test set of the suite (:mod:`cube_jax.core.suite`).
+    ``observations`` (float32[P, ...], optional) are the layouts' t = 0 observations, so that
+    a reset is a gather (what auto-reset under ``vmap`` pays at every step).
+    """
+
+    layouts: Layout = None  # a leading pool axis on every field
+    observations: Optional[jax.Array] = None
+
+    @property
+    def size(self) -> int:
+        return int(self.layouts.agent_pos.shape[0])
+
+    def _index(self, key: jax.Array) -> jax.Array:
+        return jax.random.randint(key, (), 0, self.layouts.agent_pos.shape[0])
+
+    def __call__(self, key: jax.Array) -> Layout:
+        return jax.tree.map(lambda x: x[self._index(key)], self.layouts)
+
+    def first_observation(self, key: jax.Array):
+        return None if self.observations is None else self.observations[self._index(key)]
+
+    def with_observations(self, observations: jax.Array) -> "PoolLayouts":
+        return self.replace(observations=observations)
+
+    @classmethod
+    def of(cls, layouts: Layout, grid_size: int) -> "PoolLayouts":
+        """A pool of given layouts (a leading pool axis); ValueError if one is a test layout."""
+        from cube_jax.core import suite
+
+        weights = np.asarray(layouts.block_weight)
+        if weights.ndim != 2 or not (weights == weights[:1]).all():
+            raise ValueError("PoolLayouts: every layout of a pool must have the same block weights, block id order")
+        pool = cls(grid_size=int(grid_size), num_agents=int(layouts.agent_pos.shape[1]),
+                   weights=tuple(int(w) for w in weights[0]), layouts=layouts)
+        clash = suite.test_layouts_in(pool, pool.layouts)
+        if clash:
+            index, task = clash[0]
+            raise ValueError(f"PoolLayouts: pool layout {index} is a layout of the test set of task {task!r} "
+                             f"({len(clash)} pool layouts are test layouts); training may not draw them")
+        return pool
+
+    @classmethod
+    def draw(cls, source: LayoutGenerator, size: int, seed: int) -> "PoolLayouts":
+        """``size`` layouts of ``source`` from the keys ``split(PRNGKey(seed), size)``, leaving out
+        every test layout of the suite (replaced by draws from further keys, in order)."""
+        from cube_jax.core import suite
+
+        layouts = _draw_many(source, jax.random.split(jax.random.PRNGKey(seed), size))
+        probe = cls(grid_size=source.grid_size, num_agents=source.num_agents, weights=source.weights)
+        bad = {i for i, _ in suite.test_layouts_in(probe, layouts)}
+        extra = 0
+        while bad:
+            keep = np.array([i for i in range(size) if i not in bad], dtype=int)
+            extra += 1
+            more = _draw_many(source, jax.random.split(jax.random.fold_in(jax.random.PRNGKey(seed), extra), size))
+            more_bad = {i for i, _ in suite.test_layouts_in(probe, more)}
+            fill = np.array([i for i in range(size) if i not in more_bad], dtype=int)[: len(bad)]
+            layouts = jax.tree.map(lambda a, b: jnp.concatenate([a[keep], b[fill]])[:size], layouts, more)
+            bad = {i for i, _ in suite.test_layouts_in(probe, layouts)}
+        return cls.of(layouts, source.grid_size)
+
+
+@jax.jit
+def draw_layouts(source: LayoutGenerator, keys: jax.Array) -> Layout:
+    """One layout of ``source`` per key (a leading key axis), compiled once per generator shape."""
+    return jax.vmap(source)(keys)
+
+
+_draw_many = draw_layouts
+
+
+__all__ = ["CountsLayouts", "CurriculumLayouts", "FixedLayout", "Layout", "LayoutGenerator", "PoolLayouts",
+           "draw_layouts", "layout_digests"]
