@@ -1,0 +1,273 @@
+"""An entry of the benchmark (BENCH.md sections 2 and 3): what it holds, how it is scored and
+written, and where it came from.
+
+One folder per entry::
+
+    entry.json      suite version, test-set hashes, agent, per-task episodes and aggregates,
+                    provenance, the digest of every evidence file
+    actions.npz     every episode's actions, step by step and agent by agent (evidence)
+    traces/         language agents' traces, one per episode (LLM.md section 5)
+    <task>.gif      one episode of each task, drawn
+
+Each episode carries its layout index, seed, mode (``greedy`` or ``sampled``), run (the
+training seed, 0 for a fixed agent), its four scores and the SHA-256 of its actions, so an
+edit of the actions that leaves the scores equal is still caught. Aggregates are computed
+here from the episodes' scores alone (:func:`aggregates`): over episodes for a fixed agent,
+over runs (each run's mean over its test episodes) for an agent that learns.
+
+The actions of a task are one int8 array ``<task>/actions`` of shape ``[E, T, N]`` (episode,
+step, agent; -1 after the episode's end) in ``actions.npz``, rows in the order of the task's
+episodes in ``entry.json``.
+"""
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import hashlib
+import json
+import os
+import platform
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Dict, List, Mapping, Optional, Sequence
+
+import numpy as np
+
+from cube_jax.core import suite
+
+FORMAT = 1
+ENTRY_FILE = "entry.json"
+ACTIONS_FILE = "actions.npz"
+TRACES_DIR = "traces"
+SCORES = ("success", "blocks", "steps", "return")
+AGGREGATED = ("success", "blocks", "return")  # mean and IQM, each with its interval
+MODES = ("greedy", "sampled")
+TIERS = {"S": 10**7, "M": 10**8}  # environment steps per training seed
+MIN_SEEDS = 5
+MIN_FIXED_EPISODES = 10
+BOOTSTRAP_SEED = 0
+RESAMPLES = 10_000
+CONFIDENCE = 0.95
+NO_ACTION = -1  # actions.npz: a step after the episode's end
+
+
+class EntryError(ValueError):
+    """An entry that cannot be read, or does not hold what it claims; the message names the file,
+    the task and the episode where they apply."""
+
+
+# --- scores and aggregates -------------------------------------------------------------------------
+
+
+def actions_digest(actions: np.ndarray) -> str:
+    """SHA-256 of one episode's actions int8[T, N] (its played steps only), as stored."""
+    return hashlib.sha256(np.ascontiguousarray(actions, dtype=np.int8).tobytes()).hexdigest()
+
+
+def file_digest(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def bootstrap(table: np.ndarray, seed: int = BOOTSTRAP_SEED, resamples: int = RESAMPLES,
+              confidence: float = CONFIDENCE) -> Dict[str, np.ndarray]:
+    """Means and interquartile means of every row of ``table`` float[metrics, units] with 95%
+    percentile bootstrap intervals, one stratum (one task), ``resamples`` resamples.
+
+    The resamples are rliable's (``get_interval_estimates(..., method="percentile")`` after
+    ``numpy.random.seed(seed)``): resample r takes the units ``RandomState(seed).randint(0, U,
+    size=(resamples, U))[r]``, and the bounds are ``numpy.percentile`` of the resampled statistics;
+    ``tests/test_bench_entry.py`` checks that the numbers are rliable's own.
+    """
+    import scipy.stats
+
+    table = np.asarray(table, dtype=float)
+    units = table.shape[1]
+    index = np.random.RandomState(seed).randint(0, units, size=(resamples, units))
+    tail = 100 * (1 - confidence) / 2
+    out = {}
+    for name, statistic in (("mean", lambda x, axis: np.mean(x, axis=axis)),
+                            ("iqm", lambda x, axis: scipy.stats.trim_mean(x, 0.25, axis=axis))):
+        point = statistic(table, axis=1)
+        resampled = statistic(table[:, index], axis=2)  # float[metrics, resamples]
+        low, high = np.percentile(resampled, [tail, 100 - tail], axis=1)
+        out[name], out[f"{name}_ci"] = point, np.stack([low, high], axis=1)
+    return out
+
+
+def _units(episodes: Sequence[Mapping[str, Any]], mode: str, learns: bool) -> np.ndarray:
+    """float[metrics, units]: the scores aggregated for ``mode``: one column per episode, or per
+    run (the mean of the run's episodes) for an agent that learns."""
+    chosen = [e for e in episodes if e["mode"] == mode]
+    if not learns:
+        return np.array([[float(e[m]) for e in chosen] for m in AGGREGATED], dtype=float)
+    runs = sorted({int(e["run"]) for e in chosen})
+    return np.array([[np.mean([float(e[m]) for e in chosen if int(e["run"]) == r]) for r in runs]
+                     for m in AGGREGATED], dtype=float)
+
+
+def _exact(x: float) -> float:
+    """A float as JSON keeps it (repr round-trips), so recomputed aggregates compare exactly."""
+    return float(repr(float(x)))
+
+
+def aggregates(episodes: Sequence[Mapping[str, Any]], learns: bool, seed: int = BOOTSTRAP_SEED,
+               resamples: int = RESAMPLES) -> Dict[str, Any]:
+    """``{mode: {"count", "unit", <metric>: {"mean", "mean_ci", "iqm", "iqm_ci"}}}`` for every
+    mode the episodes hold (BENCH.md section 2)."""
+    out: Dict[str, Any] = {}
+    for mode in MODES:
+        if not any(e["mode"] == mode for e in episodes):
+            continue
+        table = _units(episodes, mode, learns)
+        stats = bootstrap(table, seed, resamples)
+        block: Dict[str, Any] = {"count": int(table.shape[1]), "unit": "runs" if learns else "episodes"}
+        for i, metric in enumerate(AGGREGATED):
+            block[metric] = {"mean": _exact(stats["mean"][i]), "mean_ci": [_exact(v) for v in stats["mean_ci"][i]],
+                             "iqm": _exact(stats["iqm"][i]), "iqm_ci": [_exact(v) for v in stats["iqm_ci"][i]]}
+        out[mode] = block
+    return out
+
+
+# --- provenance --------------------------------------------------------------------------------------
+
+
+def _git(*args: str) -> Optional[str]:
+    root = Path(__file__).resolve().parents[2]
+    try:
+        done = subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return done.stdout.strip() if done.returncode == 0 else None
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def provenance(command: Optional[Sequence[str]] = None) -> Dict[str, Any]:
+    """Where and with what an entry is made: versions, commit, machine, command, start time."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    import jax
+
+    def installed(name: str) -> Optional[str]:
+        try:
+            return version(name)
+        except PackageNotFoundError:
+            return None
+
+    commit = _git("rev-parse", "HEAD")
+    dirty = _git("status", "--porcelain", "--untracked-files=no")
+    device = jax.devices()[0]
+    return {
+        "package_version": installed("cube_jax"),
+        "git_commit": commit,
+        "git_dirty": None if dirty is None else bool(dirty),
+        "python": platform.python_version(),
+        "jax": installed("jax"),
+        "jaxlib": installed("jaxlib"),
+        "device": f"{device.platform}: {getattr(device, 'device_kind', device.platform)}",
+        "cpu_model": _cpu_model(),
+        "cpus": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
+        "command": shlex.join(command if command is not None else ["cube-jax", *sys.argv[1:]]),
+        "started": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+    }
+
+
+# --- the entry as a file -------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Agent:
+    """Who plays: ``kind`` (a registry kind, an RL algorithm, or ``mixed``), the spec a user types,
+    a label for the board, and for language agents and mixed teams the topology and members."""
+
+    kind: str
+    spec: str
+    label: str
+    learns: bool = False
+    tier: Optional[str] = None
+    topology: Optional[str] = None
+    team: Optional[List[str]] = None
+    settings: Dict[str, Any] = dataclasses.field(default_factory=dict)  # model, server host, sampling, recipe
+
+    def to_dict(self) -> Dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def new_entry(agent: Agent, prov: Mapping[str, Any]) -> Dict[str, Any]:
+    return {"suite": suite.VERSION, "format": FORMAT, "test_sets": {}, "agent": agent.to_dict(),
+            "bootstrap": {"seed": BOOTSTRAP_SEED, "resamples": RESAMPLES, "confidence": CONFIDENCE},
+            "tasks": {}, "provenance": dict(prov), "evidence": {}}
+
+
+def write_json(path: Path, data: Mapping[str, Any]) -> None:
+    """Writes ``data`` atomically (a temporary file renamed over ``path``): nothing half written."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=1, sort_keys=False) + "\n")
+    os.replace(tmp, path)
+
+
+def read_entry(folder: Path) -> Dict[str, Any]:
+    """``entry.json`` of an entry folder, checked for its suite version and test sets; EntryError
+    naming the file otherwise."""
+    folder = Path(folder)
+    path = folder if folder.suffix == ".json" else folder / ENTRY_FILE
+    if not path.is_file():
+        raise EntryError(f"{path}: no such entry file (an entry is a folder holding {ENTRY_FILE})")
+    try:
+        entry = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise EntryError(f"{path}: not a JSON entry: {err}") from None
+    if not isinstance(entry, dict):
+        raise EntryError(f"{path}: not a JSON object")
+    for key in ("suite", "format", "test_sets", "agent", "tasks", "provenance", "evidence", "bootstrap"):
+        if key not in entry:
+            raise EntryError(f"{path}: no {key!r} field")
+    if entry["suite"] != suite.VERSION:
+        raise EntryError(f"{path}: an entry of suite {entry['suite']!r}; the installed suite is {suite.VERSION!r}, "
+                         "and entries of different versions are never compared")
+    if entry["format"] != FORMAT:
+        raise EntryError(f"{path}: entry format {entry['format']!r}; this package reads format {FORMAT}")
+    for name in entry["tasks"]:
+        try:
+            t = suite.task(name)
+        except ValueError as err:
+            raise EntryError(f"{path}: {err}") from None
+        declared = suite.TEST_SET_SHA256[t.name]
+        if entry["test_sets"].get(name) != declared:
+            raise EntryError(f"{path}: task {name!r}: the entry's test set {str(entry['test_sets'].get(name))[:16]}... "
+                             f"is not {suite.VERSION}'s ({declared[:16]}...)")
+    return entry
+
+
+def load_actions(folder: Path, entry: Mapping[str, Any]) -> Dict[str, np.ndarray]:
+    """``{task: int8[E, T, N]}`` from ``actions.npz``, after checking its digest."""
+    path = Path(folder) / ACTIONS_FILE
+    if not path.is_file():
+        raise EntryError(f"{path}: the actions file is missing")
+    declared = entry["evidence"].get(ACTIONS_FILE)
+    if declared != file_digest(path):
+        raise EntryError(f"{path}: its SHA-256 is not the one entry.json records (the file was changed or truncated)")
+    try:
+        with np.load(path) as data:
+            return {name[: -len("/actions")]: data[name] for name in data.files if name.endswith("/actions")}
+    except Exception as err:  # noqa: BLE001 - numpy raises many types for a damaged archive
+        raise EntryError(f"{path}: cannot read the actions: {type(err).__name__}: {err}") from None
+
+
+__all__ = ["ACTIONS_FILE", "Agent", "ENTRY_FILE", "EntryError", "MODES", "SCORES", "TIERS", "actions_digest",
+           "aggregates", "bootstrap", "file_digest", "load_actions", "new_entry", "provenance", "read_entry",
+           "write_json"]

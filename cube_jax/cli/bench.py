@@ -1,0 +1,185 @@
+"""``cube-jax bench``: the benchmark suite ``cube-v1`` (BENCH.md, docs/benchmark.md).
+::
+
+    cube-jax bench tasks                                          # the tasks and their test sets
+    cube-jax bench run heuristic --tasks all --out results/heuristic
+    cube-jax bench run heuristic,random --tasks easy,n2 --out results/mixed
+    cube-jax bench run llm:local --topology centralized --tasks easy,hard --episodes 10 --out results/llm
+    cube-jax bench run ippo --tier S --seeds 5 --tasks n2 --out results/ippo-n2
+    cube-jax bench verify results/heuristic [--sample 32]
+    cube-jax bench board results --out docs                       # leaderboard.md, .png, .html
+
+``run`` writes one entry folder (``entry.json`` and its evidence) and continues an interrupted
+run in the same folder, keeping what was finished. ``verify`` replays an entry's recorded
+actions and recomputes every score and aggregate; it exits 1 naming the task and episode
+where the entry and its evidence disagree. ``board`` renders the leaderboard from entry
+folders alone, each verified on a sample of its episodes first.
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from pathlib import Path
+
+from cube_jax.cli.args import add_model_arguments, check_writable, positive_int
+
+log = logging.getLogger(__name__)
+
+
+def add_parser(commands) -> argparse.ArgumentParser:
+    parser = commands.add_parser("bench", help="the benchmark suite cube-v1: run, verify, board",
+                                 description=__doc__.split("::")[0].strip())
+    sub = parser.add_subparsers(dest="bench_command", required=True)
+
+    tasks = sub.add_parser("tasks", help="list the suite's tasks and their test sets")
+    tasks.set_defaults(run=_runner(_tasks, tasks))
+
+    run = sub.add_parser("run", help="play an agent on tasks of the suite and write an entry")
+    run.add_argument("agent", help="random, heuristic, team, negotiator, policy:<checkpoint>, llm[:<model>[@<url>]], "
+                                   "a mixed team (one member per agent, comma-separated), or a learner: ippo, mappo, "
+                                   "ippo_rnn, mappo_rnn, pqn_vdn (trained at --tier first)")
+    run.add_argument("--tasks", default="all", help="comma-separated task names, or all (default)")
+    run.add_argument("--out", type=Path, required=True, help="the entry folder (continued when it holds an entry)")
+    run.add_argument("--label", default=None, help="the board's label for the agent (default: the agent spec)")
+    run.add_argument("--episodes", type=positive_int, default=256,
+                     help="test episodes per task (default all 256; fewer is said on the board)")
+    run.add_argument("--topology", default="individual",
+                     choices=("individual", "debate", "centralized", "decentralized", "negotiation"),
+                     help="communication topology of language agents and mixed teams (default individual)")
+    run.add_argument("--concurrency", type=positive_int, default=1, help="episodes played at once in the loop")
+    learners = run.add_argument_group("learners")
+    learners.add_argument("--tier", choices=("S", "M"), default=None,
+                          help="budget tier: S = 1e7, M = 1e8 environment steps per seed")
+    learners.add_argument("--env-steps", type=positive_int, default=None,
+                          help="another budget per seed instead of a tier (an unranked entry: its own tier)")
+    learners.add_argument("--seeds", type=positive_int, default=5, help="training seeds (default 5, the least ranked)")
+    learners.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                          help="a training config override (the recipe; recorded in the entry), repeatable")
+    add_model_arguments(run.add_argument_group("language models"))
+    run.add_argument("--no-progress", action="store_true", help="no progress bars")
+    run.set_defaults(run=_runner(_run, run))
+
+    verify = sub.add_parser("verify", help="replay entries' evidence and recompute every score and aggregate")
+    verify.add_argument("entries", nargs="+", type=Path, help="entry folders")
+    verify.add_argument("--sample", type=positive_int, default=None, help="episodes replayed per task (default all)")
+    verify.add_argument("--seed", type=int, default=0, help="seed of the sample (default 0)")
+    verify.set_defaults(run=_runner(_verify, verify))
+
+    board = sub.add_parser("board", help="render the leaderboard from entry folders")
+    board.add_argument("entries", nargs="+", type=Path, help="entry folders, or folders of entry folders")
+    board.add_argument("--out", type=Path, required=True, help="folder for leaderboard.md, .png and .html")
+    board.add_argument("--verify-sample", type=positive_int, default=16,
+                       help="episodes per task replayed to mark each entry verified (default 16)")
+    board.set_defaults(run=_runner(_board, board))
+    return parser
+
+
+def _runner(function, parser):
+    def run(_, args):
+        return function(parser, args)
+
+    return run
+
+
+def _tasks(parser, args) -> int:
+    from cube_jax.core import suite
+
+    print(f"{suite.VERSION}: {len(suite.TASKS)} tasks")
+    print(suite.describe())
+    for t in suite.TASKS:
+        print(f"  {t.name:8s} test set sha256 {suite.TEST_SET_SHA256[t.name]}")
+    return 0
+
+
+def _run(parser, args) -> int:
+    from cube_jax.bench.entry import TIERS, EntryError
+    from cube_jax.bench.run import BenchError, Contender, Runner, check_overrides, check_spec, resolve_tasks
+
+    try:
+        check_spec(args.agent)
+        tasks = resolve_tasks([t.strip() for t in args.tasks.split(",") if t.strip()])
+    except BenchError as err:
+        parser.error(str(err))
+    learner = args.agent in ("ippo", "mappo", "ippo_rnn", "mappo_rnn", "pqn_vdn")
+    if learner:
+        if (args.tier is None) == (args.env_steps is None):
+            parser.error("argument --tier: a learner trains at one budget: give --tier S|M or --env-steps N")
+        try:
+            check_overrides(args.set)
+        except BenchError as err:
+            parser.error(str(err))
+    elif args.tier is not None or args.env_steps is not None or args.set:
+        parser.error(f"argument --tier/--env-steps/--set: {args.agent!r} does not learn; these are for learners")
+    check_writable(parser, "--out", args.out, folder=True)
+    base_url = args.base_url or os.environ.get("OPENAI_BASE_URL")
+    model_defaults = {"model": args.model if args.model is not None or base_url else "local", "base_url": base_url,
+                      "api_key": args.api_key, "temperature": args.temperature, "max_tokens": args.max_tokens,
+                      "timeout": args.timeout, "max_retries": args.retries, "max_repairs": args.max_repairs,
+                      "local_threads": args.local_threads, "local_port": args.local_port}
+    env_steps = TIERS[args.tier] if args.tier else args.env_steps
+    contender = Contender(args.agent, args.label or args.agent, topology=args.topology,
+                          tier=args.tier or (f"{env_steps:.0e} steps" if learner else None),
+                          env_steps=env_steps if learner else None,
+                          seeds=tuple(range(args.seeds)) if learner else (), overrides=tuple(args.set),
+                          model_defaults=model_defaults, concurrency=args.concurrency)
+    _log_to_stdout()
+    try:
+        entry = Runner(contender, args.out, episodes=args.episodes, progress=not args.no_progress,
+                       command=["cube-jax", "bench", *sys.argv[2:]] if sys.argv[1:2] == ["bench"] else None
+                       ).run(tasks)
+    except (BenchError, EntryError) as err:
+        print(f"cube-jax bench run: error: {err}", file=sys.stderr)
+        return 2
+    print(f"entry written: {args.out / 'entry.json'} ({len(entry['tasks'])} task(s), "
+          f"{entry['provenance'].get('wall_seconds', 0):.1f} s)")
+    return 0
+
+
+def _verify(parser, args) -> int:
+    from cube_jax.bench.entry import EntryError
+    from cube_jax.bench.verify import verify
+
+    failed = 0
+    for folder in args.entries:
+        try:
+            print(verify(folder, sample=args.sample, seed=args.seed).line())
+        except EntryError as err:
+            print(f"FAILED {folder}: {err}", file=sys.stderr)
+            failed += 1
+    return 1 if failed else 0
+
+
+def _board(parser, args) -> int:
+    from cube_jax.bench.board import load_entries, write_board
+    from cube_jax.bench.entry import EntryError
+    from cube_jax.bench.verify import verify
+
+    try:
+        entries = load_entries(args.entries)
+    except ValueError as err:
+        parser.error(str(err))
+    if not entries:
+        parser.error(f"no entries in {', '.join(map(str, args.entries))}")
+    verified = {}
+    for entry in entries:
+        try:
+            verify(entry["folder"], sample=args.verify_sample, seed=0)
+            verified[entry["id"]] = True
+        except EntryError as err:
+            print(f"not verified: {entry['id']}: {err}", file=sys.stderr)
+            verified[entry["id"]] = False
+    args.out.mkdir(parents=True, exist_ok=True)
+    written = write_board(entries, args.out, verified=verified)
+    print("board: " + ", ".join(str(p) for p in written.values()))
+    return 0
+
+
+def _log_to_stdout() -> None:
+    handler = logging.StreamHandler(sys.stdout)
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    logger = logging.getLogger("cube_jax")
+    logger.handlers = [handler]
+    logger.setLevel(logging.INFO)
+    logger.propagate = False
