@@ -56,7 +56,7 @@ def test_each_test_set_is_its_declared_contents(name):
     assert suite.contents_sha256(layouts) == suite.TEST_SET_SHA256[name]
     count = 1 if t.fixed_layout else suite.TEST_LAYOUTS
     assert np.asarray(layouts.agent_pos).shape == (count, t.num_agents, 2)
-    assert len(set(suite._rows(layouts))) == count  # distinct layouts
+    assert len(set(suite.layout_rows(layouts))) == count  # distinct layouts
 
 
 @pytest.mark.parametrize("name", ["n1", "n2", "coop2-3"])
@@ -66,10 +66,12 @@ def test_the_shipped_test_sets_come_from_the_reserved_key_stream(name):
 
 
 def test_a_damaged_test_set_is_refused(monkeypatch):
-    stored = dict(suite._stored())
+    from cube_jax.core import testsets
+
+    stored = dict(testsets.stored())
     stored["n2/agent_pos"] = stored["n2/agent_pos"].copy()
     stored["n2/agent_pos"][7, 0, 0] += 1
-    monkeypatch.setattr(suite, "_stored", lambda: stored)
+    monkeypatch.setattr(testsets, "stored", lambda: stored)
     with pytest.raises(ValueError, match="the test set of task 'n2' hashes to .* not to cube-v1's declared"):
         suite.test_set(suite.task("n2"))
 
@@ -81,7 +83,8 @@ def test_a_training_pool_that_holds_a_test_layout_is_refused():
         PoolLayouts.of(some, grid_size=20)
     # a drawn pool leaves them out: n = 1 has 6480 layouts, so 4096 draws meet test layouts
     env = cube_jax.make(n=1, pool_size=4096)
-    assert suite.test_layouts_in(env.generator, env.generator.layouts) == []
+    gen = env.generator
+    assert suite.test_layouts_in(gen.grid_size, gen.num_agents, gen.weights, gen.layouts) == []
     assert env.generator.size == 4096
 
 
@@ -411,6 +414,36 @@ def test_a_learner_trains_at_its_budget_then_plays_greedy_and_sampled(tmp_path, 
     assert {e["env_steps"] for e in easy["episodes"]} == {128}
     assert len(easy["episodes"]) == 2 * 2 * 3
     assert verify(out).tasks["easy"]["replayed"] == 12
+
+
+def test_an_agent_outside_the_package_enters_by_its_actions(heuristic_entry, tmp_path, capsys):
+    """The heuristic's recorded actions, handed over as a trainer outside the package would hand
+    its own, give the same scores."""
+    from cube_jax.bench.external import test_episodes
+
+    with np.load(heuristic_entry / entries.ACTIONS_FILE) as data:
+        arrays = {f"{name.split('/')[0]}/greedy/0": data[name] for name in data.files}
+    np.savez(tmp_path / "mine.npz", **arrays)
+    code, captured = bench(["import", str(tmp_path / "mine.npz"), "--label", "my planner", "--out",
+                            str(tmp_path / "mine")], capsys)
+    assert code == 0, captured.err
+    mine, theirs = _entry(tmp_path / "mine"), _entry(heuristic_entry)
+    assert mine["agent"]["kind"] == "external" and mine["agent"]["label"] == "my planner"
+    for name in ("easy", "n1"):
+        assert mine["tasks"][name]["aggregates"] == theirs["tasks"][name]["aggregates"]
+    assert verify(tmp_path / "mine").tasks["n1"]["replayed"] == 8
+    episodes = test_episodes("n1", 8)
+    assert list(episodes.seeds) == list(range(8)) and np.asarray(episodes.layouts.agent_pos).shape == (8, 1, 2)
+    # a bad array is one error naming it
+    arrays["n1/greedy/0"] = arrays["n1/greedy/0"][:, :, :1].repeat(2, axis=2)
+    np.savez(tmp_path / "bad.npz", **arrays)
+    code, captured = bench(["import", str(tmp_path / "bad.npz"), "--label", "x", "--out", str(tmp_path / "bad")],
+                           capsys)
+    assert code == 2 and "task 'n1', greedy, run 0: actions must be integers of shape [episodes, steps, 1]" in captured.err
+    np.savez(tmp_path / "named.npz", **{"n1/best": arrays["easy/greedy/0"]})
+    code, captured = bench(["import", str(tmp_path / "named.npz"), "--label", "x", "--out", str(tmp_path / "named")],
+                           capsys)
+    assert code == 2 and "array 'n1/best' is not named <task>/<greedy|sampled>/<run>" in captured.err
 
 
 def test_the_board_command_renders_verified_entries(heuristic_entry, tmp_path, capsys):

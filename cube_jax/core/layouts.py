@@ -31,7 +31,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from cube_jax.core import generator
+from cube_jax.core import generator, testsets
 
 
 @struct.dataclass
@@ -41,20 +41,6 @@ class Layout:
     agent_pos: jax.Array  # int32[N, 2] (row, col) of each agent, index = agent id
     block_pos: jax.Array  # int32[B, 2] top-left (row, col) of each block, index = block id
     block_weight: jax.Array  # int32[B] each block's weight
-
-    def digests(self) -> list:
-        """One hex digest per layout of a batch (host arrays), equal exactly when the layouts are."""
-        return layout_digests(self)
-
-
-def layout_digests(layouts: Layout) -> list:
-    """Short SHA-256 digests (16 hex digits) of each layout of a batch, in order."""
-    import hashlib
-
-    agents, blocks, weights = (np.asarray(a, np.int32) for a in (layouts.agent_pos, layouts.block_pos,
-                                                                  layouts.block_weight))
-    return [hashlib.sha256(a.tobytes() + b.tobytes() + w.tobytes()).hexdigest()[:16]
-            for a, b, w in zip(agents, blocks, weights)]
 
 
 @struct.dataclass
@@ -155,7 +141,7 @@ class PoolLayouts(LayoutGenerator):
     """Layouts drawn once; reset picks one uniformly by the key.
 
     Build it with :meth:`draw` (from another generator) or :meth:`of` (given layouts); both
-    refuse, or leave out, every layout of a test set of the suite (:mod:`cube_jax.core.suite`).
+    refuse, or leave out, every layout of a test set of the suite (:mod:`cube_jax.core.testsets`).
     ``observations`` (float32[P, ...], optional) are the layouts' t = 0 observations, so that
     a reset is a gather (what auto-reset under ``vmap`` pays at every step).
     """
@@ -182,14 +168,12 @@ class PoolLayouts(LayoutGenerator):
     @classmethod
     def of(cls, layouts: Layout, grid_size: int) -> "PoolLayouts":
         """A pool of given layouts (a leading pool axis); ValueError if one is a test layout."""
-        from cube_jax.core import suite
-
         weights = np.asarray(layouts.block_weight)
         if weights.ndim != 2 or not (weights == weights[:1]).all():
             raise ValueError("PoolLayouts: every layout of a pool must have the same block weights, block id order")
         pool = cls(grid_size=int(grid_size), num_agents=int(layouts.agent_pos.shape[1]),
                    weights=tuple(int(w) for w in weights[0]), layouts=layouts)
-        clash = suite.test_layouts_in(pool, pool.layouts)
+        clash = _test_layouts_in(pool, pool.layouts)
         if clash:
             index, task = clash[0]
             raise ValueError(f"PoolLayouts: pool layout {index} is a layout of the test set of task {task!r} "
@@ -200,21 +184,22 @@ class PoolLayouts(LayoutGenerator):
     def draw(cls, source: LayoutGenerator, size: int, seed: int) -> "PoolLayouts":
         """``size`` layouts of ``source`` from the keys ``split(PRNGKey(seed), size)``, leaving out
         every test layout of the suite (replaced by draws from further keys, in order)."""
-        from cube_jax.core import suite
-
         layouts = _draw_many(source, jax.random.split(jax.random.PRNGKey(seed), size))
-        probe = cls(grid_size=source.grid_size, num_agents=source.num_agents, weights=source.weights)
-        bad = {i for i, _ in suite.test_layouts_in(probe, layouts)}
+        bad = {i for i, _ in _test_layouts_in(source, layouts)}
         extra = 0
         while bad:
             keep = np.array([i for i in range(size) if i not in bad], dtype=int)
             extra += 1
             more = _draw_many(source, jax.random.split(jax.random.fold_in(jax.random.PRNGKey(seed), extra), size))
-            more_bad = {i for i, _ in suite.test_layouts_in(probe, more)}
+            more_bad = {i for i, _ in _test_layouts_in(source, more)}
             fill = np.array([i for i in range(size) if i not in more_bad], dtype=int)[: len(bad)]
             layouts = jax.tree.map(lambda a, b: jnp.concatenate([a[keep], b[fill]])[:size], layouts, more)
-            bad = {i for i, _ in suite.test_layouts_in(probe, layouts)}
+            bad = {i for i, _ in _test_layouts_in(source, layouts)}
         return cls.of(layouts, source.grid_size)
+
+
+def _test_layouts_in(source: LayoutGenerator, layouts: Layout):
+    return testsets.test_layouts_in(source.grid_size, source.num_agents, source.weights, layouts)
 
 
 @jax.jit
@@ -227,4 +212,4 @@ _draw_many = draw_layouts
 
 
 __all__ = ["CountsLayouts", "CurriculumLayouts", "FixedLayout", "Layout", "LayoutGenerator", "PoolLayouts",
-           "draw_layouts", "layout_digests"]
+           "draw_layouts"]

@@ -24,13 +24,15 @@ Adding or changing a task, a test set or a scoring rule makes a new suite versio
 from __future__ import annotations
 
 import dataclasses
-import functools
 import hashlib
 from pathlib import Path
-from typing import Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Dict, Mapping, Optional, Tuple
 
 import jax
 import numpy as np
+
+from cube_jax.core import testsets
+from cube_jax.core.testsets import contents_sha256, layout_rows, test_layouts_in
 
 VERSION = "cube-v1"
 TEST_LAYOUTS = 256
@@ -38,7 +40,6 @@ TEST_LAYOUTS = 256
 # suite number), task's stream number) folded with 0, 1, 2, ...; no training path folds these in.
 STREAM_TAG = 0x43554245  # "CUBE"
 SUITE_NUMBER = 1
-TEST_SET_FILE = Path(__file__).parent / "suites" / f"{VERSION}.npz"
 COOP2_MAX_STEPS = 50  # COOP²'s CUBE setting (cube_jax.core.env: 15 x 15, three blocks of each weight 1-3)
 
 
@@ -126,23 +127,6 @@ def task(name: str) -> Task:
 # --- test sets --------------------------------------------------------------------------------------
 
 
-def contents_sha256(layouts) -> str:
-    """SHA-256 of a batch of layouts: agent_pos, block_pos and block_weight as little-endian int32,
-    in that order, each in C order."""
-    digest = hashlib.sha256()
-    for array in (layouts.agent_pos, layouts.block_pos, layouts.block_weight):
-        digest.update(np.ascontiguousarray(np.asarray(array), dtype="<i4").tobytes())
-    return digest.hexdigest()
-
-
-def _rows(layouts) -> List[bytes]:
-    """One byte string per layout of a batch, equal exactly when the layouts are."""
-    arrays = [np.ascontiguousarray(np.asarray(a), dtype="<i4").reshape(np.asarray(a).shape[0], -1)
-              for a in (layouts.agent_pos, layouts.block_pos, layouts.block_weight)]
-    joined = np.ascontiguousarray(np.concatenate(arrays, axis=1))
-    return [row.tobytes() for row in joined]
-
-
 def generate_test_set(t: Task, size: int = TEST_LAYOUTS):
     """The test set drawn afresh from the reserved key stream: the first ``size`` distinct layouts
     of the task's generator (for a fixed-layout task, its one layout)."""
@@ -156,19 +140,13 @@ def generate_test_set(t: Task, size: int = TEST_LAYOUTS):
     keys = jax.vmap(lambda i: jax.random.fold_in(base, i))(np.arange(2 * size, dtype=np.uint32))
     layouts = jax.tree.map(np.asarray, draw_layouts(gen, keys))
     seen, keep = set(), []
-    for i, row in enumerate(_rows(layouts)):
+    for i, row in enumerate(layout_rows(layouts)):
         if row not in seen:
             seen.add(row)
             keep.append(i)
     if len(keep) < size:
         raise RuntimeError(f"task {t.name!r}: only {len(keep)} distinct layouts among {2 * size} draws")
     return jax.tree.map(lambda x: x[np.asarray(keep[:size])], layouts)
-
-
-@functools.lru_cache(maxsize=None)
-def _stored() -> Dict[str, np.ndarray]:
-    with np.load(TEST_SET_FILE) as data:
-        return {name: data[name] for name in data.files}
 
 
 def test_set(t: Task):
@@ -180,8 +158,8 @@ def test_set(t: Task):
     if t.fixed_layout:
         layouts = generate_test_set(t)
     else:
-        stored = _stored()
-        layouts = Layout(*(stored[f"{t.name}/{field}"] for field in ("agent_pos", "block_pos", "block_weight")))
+        stored = testsets.stored()
+        layouts = Layout(*(stored[f"{t.name}/{field}"] for field in testsets.FIELDS))
     digest = contents_sha256(layouts)
     if TEST_SET_SHA256.get(t.name) != digest:
         raise ValueError(f"the test set of task {t.name!r} hashes to {digest[:16]}..., not to {VERSION}'s declared "
@@ -192,7 +170,7 @@ def test_set(t: Task):
 test_set.__test__ = False  # not a pytest test
 
 
-def write_test_sets(path: Path = TEST_SET_FILE) -> Dict[str, str]:
+def write_test_sets(path: Path = testsets.TEST_SET_FILE) -> Dict[str, str]:
     """Draws every drawn task's test set from the reserved stream into ``path``; returns the hashes
     (what :data:`TEST_SET_SHA256` declares, fixed-layout tasks included)."""
     arrays, hashes = {}, {}
@@ -200,49 +178,15 @@ def write_test_sets(path: Path = TEST_SET_FILE) -> Dict[str, str]:
         layouts = generate_test_set(t)
         hashes[t.name] = contents_sha256(layouts)
         if not t.fixed_layout:
-            for field in ("agent_pos", "block_pos", "block_weight"):
+            for field in testsets.FIELDS:
                 arrays[f"{t.name}/{field}"] = np.asarray(getattr(layouts, field), np.int32)
+            arrays[f"{t.name}/grid_size"] = np.asarray(t.generator().grid_size, np.int32)
     path.parent.mkdir(parents=True, exist_ok=True)
     np.savez_compressed(path, **arrays)
     return hashes
 
 
 # --- training draws against the test sets -------------------------------------------------------------
-
-
-def _same_world(t: Task, grid_size: int, num_agents: int, weights: Sequence[int]) -> bool:
-    if t.fixed_layout:
-        return False
-    gen = _task_shapes()[t.name]
-    return gen == (grid_size, num_agents, tuple(weights))
-
-
-@functools.lru_cache(maxsize=None)
-def _task_shapes() -> Dict[str, tuple]:
-    out = {}
-    for t in TASKS:
-        if not t.fixed_layout:
-            gen = t.generator()
-            out[t.name] = (gen.grid_size, gen.num_agents, tuple(gen.weights))
-    return out
-
-
-@functools.lru_cache(maxsize=None)
-def _test_rows(name: str) -> frozenset:
-    return frozenset(_rows(test_set(task(name))))
-
-
-def test_layouts_in(source, layouts) -> List[Tuple[int, str]]:
-    """``[(index, task name)]``: the layouts of a batch (shaped as ``source``'s) that belong to a
-    test set of the suite."""
-    names = [t.name for t in TASKS if _same_world(t, source.grid_size, source.num_agents, source.weights)]
-    if not names:
-        return []
-    rows = _rows(layouts)
-    return [(i, name) for name in names for i, row in enumerate(rows) if row in _test_rows(name)]
-
-
-test_layouts_in.__test__ = False
 
 
 def collision_chance(t: Task, draws: int = 10**6, seed: int = 0, chunk: int = 65536) -> Dict[str, float]:
@@ -254,14 +198,14 @@ def collision_chance(t: Task, draws: int = 10**6, seed: int = 0, chunk: int = 65
     if t.fixed_layout:
         raise ValueError(f"task {t.name!r} has one fixed layout: every draw is it")
     gen = t.generator()
-    tests = _test_rows(t.name)
+    tests = frozenset(layout_rows(test_set(t)))
     keys = jax.random.split(jax.random.PRNGKey(seed), draws)
     collisions = 0
     for start in range(0, draws, chunk):
         part = keys[start:start + chunk]
         if part.shape[0] < chunk:  # one compiled shape: pad the last chunk and drop the padding
             part = np.concatenate([np.asarray(part), np.repeat(np.asarray(part[:1]), chunk - part.shape[0], 0)])
-        rows = _rows(jax.tree.map(np.asarray, draw_layouts(gen, part)))[: min(chunk, draws - start)]
+        rows = layout_rows(jax.tree.map(np.asarray, draw_layouts(gen, part)))[: min(chunk, draws - start)]
         collisions += sum(row in tests for row in rows)
     return {"draws": draws, "collisions": collisions, "chance": collisions / draws,
             "distinct_test_layouts": len(tests)}
@@ -277,5 +221,5 @@ def describe(t: Optional[Task] = None) -> str:
 
 
 __all__ = ["TASKS", "TASK_NAMES", "TEST_LAYOUTS", "TEST_SET_SHA256", "Task", "VERSION", "collision_chance",
-           "contents_sha256", "describe", "generate_test_set", "task", "test_layouts_in", "test_set",
+           "contents_sha256", "describe", "generate_test_set", "layout_rows", "task", "test_layouts_in", "test_set",
            "write_test_sets"]
