@@ -6,6 +6,7 @@
     cube-jax bench run heuristic,random --tasks easy,n2 --out results/mixed
     cube-jax bench run llm:local --topology centralized --tasks easy,hard --episodes 10 --out results/llm
     cube-jax bench run ippo --tier S --seeds 5 --tasks n2 --out results/ippo-n2
+    cube-jax bench import my-actions.npz --label mine --out results/mine   # actions played elsewhere
     cube-jax bench verify results/heuristic [--sample 32]
     cube-jax bench board results --out docs                       # leaderboard.md, .png, .html
 
@@ -60,6 +61,16 @@ def add_parser(commands) -> argparse.ArgumentParser:
     add_model_arguments(run.add_argument_group("language models"))
     run.add_argument("--no-progress", action="store_true", help="no progress bars")
     run.set_defaults(run=_runner(_run, run))
+
+    imported = sub.add_parser("import", help="an entry from actions an agent outside this package played")
+    imported.add_argument("actions", type=Path, help="an .npz of arrays <task>/<greedy|sampled>/<run>, each int "
+                                                     "[episodes, steps, agents], -1 after the end (docs/benchmark.md)")
+    imported.add_argument("--label", required=True, help="the agent's name on the board")
+    imported.add_argument("--out", type=Path, required=True, help="the entry folder")
+    imported.add_argument("--tier", default=None, help="a learner's budget tier (S, M) or its own budget's name")
+    imported.add_argument("--env-steps", type=positive_int, default=None, help="a learner's env steps per seed")
+    imported.add_argument("--seeds", default=None, help="a learner's training seeds, one per run: 0,1,2,3,4")
+    imported.set_defaults(run=_runner(_import, imported))
 
     verify = sub.add_parser("verify", help="replay entries' evidence and recompute every score and aggregate")
     verify.add_argument("entries", nargs="+", type=Path, help="entry folders")
@@ -134,6 +145,28 @@ def _run(parser, args) -> int:
         return 2
     print(f"entry written: {args.out / 'entry.json'} ({len(entry['tasks'])} task(s), "
           f"{entry['provenance'].get('wall_seconds', 0):.1f} s)")
+    return 0
+
+
+def _import(parser, args) -> int:
+    from cube_jax.bench.entry import TIERS, EntryError
+    from cube_jax.bench.external import read_actions, write_entry
+    from cube_jax.bench.run import BenchError
+
+    try:
+        seeds = [int(s) for s in args.seeds.split(",")] if args.seeds else []
+    except ValueError:
+        parser.error(f"argument --seeds: comma-separated integers, got {args.seeds!r}")
+    env_steps = args.env_steps if args.env_steps is not None else TIERS.get(args.tier or "")
+    check_writable(parser, "--out", args.out, folder=True)
+    _log_to_stdout()
+    try:
+        entry = write_entry(args.out, args.label, read_actions(args.actions), tier=args.tier, env_steps=env_steps,
+                            seeds=seeds, command=["cube-jax", *sys.argv[1:]])
+    except (BenchError, EntryError) as err:
+        print(f"cube-jax bench import: error: {err}", file=sys.stderr)
+        return 2
+    print(f"entry written: {args.out / 'entry.json'} ({len(entry['tasks'])} task(s))")
     return 0
 
 
