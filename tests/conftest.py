@@ -88,6 +88,21 @@ def install_chromium() -> Path:
             fcntl.flock(lock, fcntl.LOCK_UN)
 
 
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--no-first-run"]
+
+
+@pytest.fixture(scope="module")
+def browser(chromium):
+    """Headless Chromium (Debian's, driven by playwright) for one test module."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        launched = playwright.chromium.launch(executable_path=str(chromium), args=CHROMIUM_ARGS)
+        yield launched
+        launched.close()
+
+
 @pytest.fixture(scope="session")
 def chromium() -> Path:
     """The path of Debian's Chromium, installed first if it is missing (see the module docstring)."""

@@ -18,8 +18,6 @@ from cube_jax.bench.board import (TASK_ORDER, board_rows, load_entries, render_h
                                   render_png, write_board)
 
 ARTIFACTS = Path(__file__).resolve().parent / "artifacts"
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync", "--no-first-run"]
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 # Per entry: agent fields, and per task {mode: (success, blocks)}; every score a binary fraction.
@@ -157,16 +155,6 @@ def test_user_labels_are_escaped(tmp_path):
     assert "\\| &amp; $5 (centralized)" in markdown
     assert page.startswith("<!doctype html>") and '<meta charset="utf-8">' in page
     render_png(rows, tmp_path / "hostile.png")  # "$" and "<" in labels draw as text
-
-
-@pytest.fixture(scope="module")
-def browser(chromium):
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        launched = playwright.chromium.launch(executable_path=str(chromium), args=CHROMIUM_ARGS)
-        yield launched
-        launched.close()
 
 
 def test_the_page_opens_from_disk_in_a_browser(entries, tmp_path, browser):
