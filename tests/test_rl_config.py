@@ -31,7 +31,7 @@ def test_schema_defaults_are_the_documented_ones():
         "updates_per_call": 10, "stall_seconds": 120,
         "stagger_start": True, "target_success": 0.9, "target_check_every": 5, "init_from": None, "max_seconds": None,
     }
-    assert defaults["env"] == {"scenario": "easy", "n": None, "observation": "vector", "view_radius": 3,
+    assert defaults["env"] == {"scenario": "easy", "n": None, "num_agents": None, "observation": "vector", "view_radius": 3,
                                "pool_size": 4096, "max_steps": None}
     assert list(defaults) == ["algo", "seed", "num_seeds", "env", "network", "train", "pqn", "shaping", "eval",
                               "output", "distributed"]
@@ -155,7 +155,7 @@ def test_a_typo_lists_the_keys_of_its_section():
         C.build("ippo", overrides=["env.observaton=grid"])
     assert str(err.value) == (
         "override 'env.observaton=grid': unknown config key 'env.observaton' (did you mean 'env.observation'?); "
-        "keys of env: scenario, n, observation, view_radius, pool_size, max_steps"
+        "keys of env: scenario, n, num_agents, observation, view_radius, pool_size, max_steps"
     )
 
 

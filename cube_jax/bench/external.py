@@ -99,7 +99,7 @@ def _checked(task_name: str, mode: str, run: int, actions: np.ndarray, episodes:
 
 
 class _Imported(Contender):
-    def agent(self, num_agents_by_task):
+    def agent(self):
         settings = {"env_steps_per_seed": self.env_steps, "seeds": list(self.seeds)} if self.tier else {}
         return entries.Agent("external", self.spec, self.label, learns=self.tier is not None, tier=self.tier,
                              settings=settings)

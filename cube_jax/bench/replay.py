@@ -88,6 +88,10 @@ def replay(task_name: str, layout_index: np.ndarray, seeds: np.ndarray, actions:
     if actions.ndim != 3 or actions.shape[0] != index.shape[0] or actions.shape[2] != t.num_agents:
         raise ValueError(f"task {task_name!r}: actions of shape {actions.shape}, expected [{index.shape[0]}, T, "
                          f"{t.num_agents}]")
+    if actions.shape[1] > t.max_steps:
+        raise ValueError(f"task {task_name!r}: {actions.shape[1]} steps of actions, more than the task's {t.max_steps}")
+    # one compiled replay per task and batch size: every episode padded to the task's length
+    actions = np.pad(actions, ((0, 0), (0, t.max_steps - actions.shape[1]), (0, 0)), constant_values=-1)
     out = _replay(task_name, layouts, jnp.asarray(np.asarray(seeds, np.uint32)), jnp.asarray(actions))
     return {**{k: np.asarray(v) for k, v in out.items()}, "num_blocks": np.asarray(test.block_weight).shape[1]}
 

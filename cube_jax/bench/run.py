@@ -92,7 +92,7 @@ class Contender:
         except TeamSpecError as err:
             raise BenchError(f"agent {self.spec!r}: {err}") from None
 
-    def agent(self, num_agents_by_task: Dict[str, int]) -> entries.Agent:
+    def agent(self) -> entries.Agent:
         """The entry's ``agent`` record."""
         if self.algorithm:
             settings = {"env_steps_per_seed": self.env_steps, "seeds": list(self.seeds),
@@ -358,7 +358,7 @@ class Runner:
     def run(self, tasks: Sequence[suite.Task]) -> Dict[str, Any]:
         self.work.mkdir(parents=True, exist_ok=True)
         path = self.out / entries.ENTRY_FILE
-        entry = self._start_entry(path, tasks)
+        entry = self._start_entry(path)
         self._arrays = entries.load_actions(self.out, entry) if entry["tasks"] else {}
         start = time.perf_counter()
         with self._language_models(tasks):
@@ -388,8 +388,8 @@ class Runner:
         log.info("entry in %s (%.1f s)", self.out, time.perf_counter() - start)
         return entry
 
-    def _start_entry(self, path: Path, tasks: Sequence[suite.Task]) -> Dict[str, Any]:
-        agent = self.contender.agent({t.name: t.num_agents for t in tasks})
+    def _start_entry(self, path: Path) -> Dict[str, Any]:
+        agent = self.contender.agent()
         prov = entries.provenance(self.command)
         if self.contender.algorithm:
             prov["env_steps_per_seed"] = self.contender.env_steps
