@@ -28,6 +28,7 @@ import dataclasses
 import json
 import logging
 import math
+import os
 import shutil
 import sys
 import time
@@ -381,6 +382,7 @@ class Runner:
                                                      for k in ("model_calls", "prompt_tokens", "completion_tokens")}
                 if "gif" not in entry:
                     self._write_gif(entry)
+                self._move_traces(t)
                 entry["evidence"] = self._evidence()
                 entries.write_json(path, entry)
                 shutil.rmtree(self.work / t.name, ignore_errors=True)  # its episodes are in the entry now
@@ -405,6 +407,16 @@ class Runner:
         continued = {k: prov[k] for k in ("git_commit", "git_dirty", "command", "started")}
         entry["provenance"].setdefault("continued", []).append(continued)
         return entry
+
+    def _move_traces(self, t: suite.Task) -> None:
+        """A finished task's traces from ``work/`` into ``traces/`` (an interrupted run leaves
+        nothing in the entry that its evidence does not list)."""
+        written = sorted((self.work / t.name).glob("episode-*.jsonl"))
+        if written:
+            folder = self.out / entries.TRACES_DIR / t.name
+            folder.mkdir(parents=True, exist_ok=True)
+            for path in written:
+                os.replace(path, folder / path.name)
 
     def _keep_loop_episodes(self, t: suite.Task, kept: Dict[str, Any]) -> None:
         """An entry's task extended to more episodes: its episodes played in the loop are kept (as
@@ -493,16 +505,14 @@ class Runner:
         todo = [(int(li), int(s)) for li, s in zip(layout_index, seeds) if not (folder / f"episode-{s:03d}.json").is_file()]
         bar = tqdm(total=len(seeds), initial=len(seeds) - len(todo), unit="episode", desc=t.name,
                    disable=not self.progress, file=sys.stderr)
-        traces = self.out / entries.TRACES_DIR / t.name
-        if any(m.kind == "llm" for m in members):
-            traces.mkdir(parents=True, exist_ok=True)
         uses_llm = any(m.kind == "llm" for m in members)
         try:
             for start in range(0, len(todo), max(1, self.contender.concurrency)):
                 batch = todo[start:start + max(1, self.contender.concurrency)]
                 played = []
                 for li, s in batch:
-                    trace = traces / f"episode-{s:03d}.jsonl" if uses_llm else None
+                    # written beside the episode's record; moved into traces/ with the finished task
+                    trace = folder / f"episode-{s:03d}.jsonl" if uses_llm else None
                     played.append(loop_episode(t, self.contender, members, li, factories, trace))
                 results = run_sync(lambda: arun_episodes([p[0] for p in played],
                                                          concurrency=max(1, self.contender.concurrency)))
