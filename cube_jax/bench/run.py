@@ -104,8 +104,9 @@ class Contender:
         mixed = len(set(self.spec.split(","))) > 1
         uses_llm = "llm" in kinds
         settings = {"models": self.model_settings()} if uses_llm else {}
+        in_loop = any(registry.get(kind).batched is None for kind in kinds)  # a topology applies in the loop
         return entries.Agent("mixed" if mixed else kinds[0], self.spec, self.label,
-                             topology=self.topology if uses_llm or mixed else None,
+                             topology=self.topology if in_loop and (uses_llm or mixed) else None,
                              team=self.spec.split(",") if mixed else None, settings=settings)
 
     def model_settings(self) -> List[Dict[str, Any]]:
