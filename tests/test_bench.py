@@ -332,10 +332,16 @@ def test_an_entry_of_another_agent_is_not_continued(heuristic_entry, tampered, c
 
 
 def test_a_mixed_batched_team_plays_sampled_and_verifies(tmp_path, capsys):
+    import logging
+
     out = tmp_path / "mixed"
+    logger = logging.getLogger("cube_jax")
+    before = (list(logger.handlers), logger.level, logger.propagate)
     code, captured = bench(["run", "heuristic,random", "--tasks", "easy", "--episodes", "4", "--out", str(out),
                             "--no-progress"], capsys)
     assert code == 0, captured.err
+    assert "easy: sampled: success" in captured.out  # progress lines on stdout while it ran
+    assert (list(logger.handlers), logger.level, logger.propagate) == before  # and the logger as it was
     entry = _entry(out)
     assert entry["agent"]["kind"] == "mixed" and entry["agent"]["team"] == ["heuristic", "random"]
     assert set(entry["tasks"]["easy"]["aggregates"]) == {"sampled"}

@@ -243,7 +243,7 @@ def test_first_rounds_give_the_full_rule_layout(n, weights):
     agents, blocks, ok = jax.jit(jax.vmap(lambda key: generator.sample_layout(key, n, weights)))(keys)
 
     def full(key):
-        words, agent_words = generator._layout_words(key, n, weights)
+        words, agent_words = generator._layout_words(key, n, weights, k)
         rows, cells, placed = generator.general_layout(
             jax.random.fold_in(key, 1), jax.random.fold_in(key, 2), words, n, weights
         )

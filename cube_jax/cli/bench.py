@@ -19,6 +19,7 @@ folders alone, each verified on a sample of its episodes first.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import sys
@@ -135,11 +136,11 @@ def _run(parser, args) -> int:
                           env_steps=env_steps if learner else None,
                           seeds=tuple(range(args.seeds)) if learner else (), overrides=tuple(args.set),
                           model_defaults=model_defaults, concurrency=args.concurrency)
-    _log_to_stdout()
     try:
-        entry = Runner(contender, args.out, episodes=args.episodes, progress=not args.no_progress,
-                       command=["cube-jax", "bench", *sys.argv[2:]] if sys.argv[1:2] == ["bench"] else None
-                       ).run(tasks)
+        with _log_to_stdout():
+            entry = Runner(contender, args.out, episodes=args.episodes, progress=not args.no_progress,
+                           command=["cube-jax", "bench", *sys.argv[2:]] if sys.argv[1:2] == ["bench"] else None
+                           ).run(tasks)
     except (BenchError, EntryError) as err:
         print(f"cube-jax bench run: error: {err}", file=sys.stderr)
         return 2
@@ -159,10 +160,10 @@ def _import(parser, args) -> int:
         parser.error(f"argument --seeds: comma-separated integers, got {args.seeds!r}")
     env_steps = args.env_steps if args.env_steps is not None else TIERS.get(args.tier or "")
     check_writable(parser, "--out", args.out, folder=True)
-    _log_to_stdout()
     try:
-        entry = write_entry(args.out, args.label, read_actions(args.actions), tier=args.tier, env_steps=env_steps,
-                            seeds=seeds, command=["cube-jax", *sys.argv[1:]])
+        with _log_to_stdout():
+            entry = write_entry(args.out, args.label, read_actions(args.actions), tier=args.tier,
+                                env_steps=env_steps, seeds=seeds, command=["cube-jax", *sys.argv[1:]])
     except (BenchError, EntryError) as err:
         print(f"cube-jax bench import: error: {err}", file=sys.stderr)
         return 2
@@ -209,10 +210,18 @@ def _board(parser, args) -> int:
     return 0
 
 
-def _log_to_stdout() -> None:
+@contextlib.contextmanager
+def _log_to_stdout():
+    """The package's progress lines on stdout, once each, for the command; the logger is left
+    as it was found afterwards (a command run inside another program changes nothing)."""
+    logger = logging.getLogger("cube_jax")
+    saved = (list(logger.handlers), logger.level, logger.propagate)
     handler = logging.StreamHandler(sys.stdout)
     handler.setFormatter(logging.Formatter("%(message)s"))
-    logger = logging.getLogger("cube_jax")
-    logger.handlers = [handler]
+    logger.handlers, logger.propagate = [handler], False
     logger.setLevel(logging.INFO)
-    logger.propagate = False
+    try:
+        yield
+    finally:
+        logger.handlers, logger.propagate = saved[0], saved[2]
+        logger.setLevel(saved[1])
