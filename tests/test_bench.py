@@ -353,11 +353,11 @@ def test_loop_agents_resume_keeping_finished_episodes(tmp_path, monkeypatch):
     played = []
     real = bench_run.loop_episode
 
-    def counting(t, contender, members, index, factories, trace):
-        played.append(index)
+    def counting(t, contender, members, index, seed, factories, trace):
+        played.append(seed)
         if len(played) == 3:
             raise KeyboardInterrupt  # the run is stopped while its third episode starts
-        return real(t, contender, members, index, factories, trace)
+        return real(t, contender, members, index, seed, factories, trace)
 
     monkeypatch.setattr(bench_run, "loop_episode", counting)
     contender = bench_run.Contender("team", "team", concurrency=1)
@@ -368,10 +368,25 @@ def test_loop_agents_resume_keeping_finished_episodes(tmp_path, monkeypatch):
                                                                                      "episode-001.json"]
     played.clear()
     monkeypatch.setattr(bench_run, "loop_episode", real)
-    monkeypatch.setattr(bench_run, "loop_episode", lambda *a: (played.append(a[3]), real(*a))[1])
+    monkeypatch.setattr(bench_run, "loop_episode", lambda *a: (played.append(a[4]), real(*a))[1])
     bench_run.Runner(contender, out, episodes=4, progress=False).run(bench_run.resolve_tasks(["n1"]))
     assert played == [2, 3]
     assert verify(out).tasks["n1"]["episodes"] == 4
+
+
+def test_an_entry_grows_by_tasks_and_episodes(tmp_path, monkeypatch):
+    out = tmp_path / "team"
+    contender = bench_run.Contender("team", "team")
+    bench_run.Runner(contender, out, episodes=2, progress=False).run(bench_run.resolve_tasks(["easy"]))
+    bench_run.Runner(contender, out, episodes=2, progress=False).run(bench_run.resolve_tasks(["easy", "n1"]))
+    played = []
+    real = bench_run.loop_episode
+    monkeypatch.setattr(bench_run, "loop_episode", lambda *a: (played.append((a[0].name, a[3], a[4])), real(*a))[1])
+    entry = bench_run.Runner(contender, out, episodes=3, progress=False).run(bench_run.resolve_tasks(["easy", "n1"]))
+    assert played == [("easy", 0, 2), ("n1", 2, 2)]  # only the episode each task lacked: its layout, its seed
+    assert len(entry["provenance"]["continued"]) == 2
+    assert verify(out).tasks == {"easy": {"episodes": 3, "replayed": 3}, "n1": {"episodes": 3, "replayed": 3}}
+    assert not (out / "work").exists()
 
 
 def test_language_agents_leave_traces_and_tokens_as_evidence(tmp_path, capsys):
@@ -393,6 +408,9 @@ def test_language_agents_leave_traces_and_tokens_as_evidence(tmp_path, capsys):
     assert set(entry["tasks"]["easy"]["aggregates"]) == {"greedy"}  # temperature 0
     traces = sorted(out.glob("traces/easy/*.jsonl"))
     assert len(traces) == 2 and all(validate_trace(p) is None for p in traces)
+    from cube_jax.evaluation import read_trace
+
+    assert [read_trace(p)[0]["seed"] for p in traces] == [0, 1]  # test episode i plays with seed i
     assert all(f"traces/easy/{p.name}" in entry["evidence"] for p in traces)
     for path in out.rglob("*"):
         if path.is_file():

@@ -228,10 +228,11 @@ def layout_world(t: suite.Task, index: int):
     return env
 
 
-def loop_episode(t: suite.Task, contender: Contender, members: Sequence[Member], index: int, factories: Dict,
-                 trace: Optional[Path]):
-    """One test episode in the runtime's loop: ``(episode, actions)`` where ``actions`` (a list
-    filled as the episode runs) receives each step's joint action."""
+def loop_episode(t: suite.Task, contender: Contender, members: Sequence[Member], index: int, seed: int,
+                 factories: Dict, trace: Optional[Path]):
+    """One test episode in the runtime's loop, from test layout ``index`` with episode seed
+    ``seed``: ``(episode, actions)`` where ``actions`` (a list filled as the episode runs)
+    receives each step's joint action."""
     from cube_jax.runtime import Episode
     from cube_jax.runtime.topologies import make_topology
     from cube_jax.teams import team_agents
@@ -246,7 +247,7 @@ def loop_episode(t: suite.Task, contender: Contender, members: Sequence[Member],
             actions.append([int(record["actions"][name]) for name in names])
 
     agents = team_agents(env, members, factories=factories)
-    episode = Episode(env, agents, seed=index, topology=make_topology(contender.topology, env.num_agents),
+    episode = Episode(env, agents, seed=seed, topology=make_topology(contender.topology, env.num_agents),
                       trace=trace, on_record=on_record)
     return episode, actions
 
@@ -361,7 +362,8 @@ class Runner:
         self.work.mkdir(parents=True, exist_ok=True)
         path = self.out / entries.ENTRY_FILE
         entry = self._start_entry(path)
-        self._arrays = entries.load_actions(self.out, entry) if entry["tasks"] else {}
+        earlier = entries.load_actions(self.out, entry) if entry["tasks"] else {}
+        self._arrays = {f"{name}/actions": actions for name, actions in earlier.items()}
         start = time.perf_counter()
         with self._language_models(tasks):
             for t in tasks:
@@ -388,6 +390,8 @@ class Runner:
                 entries.write_json(path, entry)
                 shutil.rmtree(self.work / t.name, ignore_errors=True)  # its episodes are in the entry now
                 log.info("%s: %s", t.name, _summary_line(entry["tasks"][t.name]))
+        if self.work.is_dir() and not any(self.work.iterdir()):
+            self.work.rmdir()  # nothing left unfinished
         log.info("entry in %s (%.1f s)", self.out, time.perf_counter() - start)
         return entry
 
@@ -514,7 +518,7 @@ class Runner:
                 for li, s in batch:
                     # written beside the episode's record; moved into traces/ with the finished task
                     trace = folder / f"episode-{s:03d}.jsonl" if uses_llm else None
-                    played.append(loop_episode(t, self.contender, members, li, factories, trace))
+                    played.append(loop_episode(t, self.contender, members, li, s, factories, trace))
                 results = run_sync(lambda: arun_episodes([p[0] for p in played],
                                                          concurrency=max(1, self.contender.concurrency)))
                 for (li, s), (_, actions), result in zip(batch, played, results):
