@@ -10,7 +10,8 @@ names each entry by its folder: ``entry["id"]``. :func:`board_rows` turns the en
 rows, one per task, entry and mode (``greedy``, ``sampled``), each a flat dict of what the
 tables show. Tasks come in :data:`TASK_ORDER`; within a task the agents that do not learn
 (tier "—") come first, then those that learn by tier (S, M), and each tier is ranked on its
-own by success mean, then blocks mean, then label: a fixed agent and a trained one are
+own by success mean, then blocks mean, then the number of episodes or runs behind the
+mean (more first), then label: a fixed agent and a trained one are
 never ranked against each other. A mixed team's row carries ``delta``: its success minus
 the mean success of its members playing alone on the same task (None when a member has
 no entry there), which says whether the mix helps or hurts.
@@ -140,7 +141,8 @@ def board_rows(entries: Sequence[dict], verified: Mapping[str, bool] | None = No
     rows = [_row(entries, entry, task, mode, verified or {})
             for entry in entries for task, scores in entry["tasks"].items() for mode in _modes(scores["aggregates"])]
     rows.sort(key=lambda row: (_order(row["task"], TASK_ORDER), _order(row["tier"], TIER_ORDER),
-                               -row["success_mean"], -row["blocks_mean"], row["label"], row["mode"], row["id"]))
+                               -row["success_mean"], -row["blocks_mean"], -row["count"], row["label"], row["mode"],
+                               row["id"]))
     for _, group in groupby(rows, key=lambda row: (row["task"], row["tier"])):
         for rank, row in enumerate(group, start=1):
             row["rank"] = rank
