@@ -8,8 +8,8 @@ shipped entry costs (time to make it, time to verify it, size of its evidence).
 drawn as training's resets draw them (keys ``split(PRNGKey(0), 10^6)``), counted against the
 task's 256 test layouts (``cube_jax.core.suite.collision_chance``). ``entries``: for every
 entry folder under ``results/``: its recorded wall seconds (the time ``bench run`` took to
-score it), its episodes, the time of a full ``bench verify`` (every episode replayed) and the
-size of its evidence; and the size of ``results/`` in all. Each section writes its JSON
+score it), its episodes, the time of a full ``bench verify`` in a fresh process (every
+episode replayed, compiles included) and the size of its evidence; and the size of ``results/`` in all. Each section writes its JSON
 (``benchmarks/results/bench_collisions.json``, ``bench_entries.json``) and, with ``--doc``,
 its generated block of the doc.
 """
@@ -45,18 +45,29 @@ def folder_bytes(folder: Path) -> int:
 
 
 def measure_entries(results: Path) -> dict:
+    """Each entry verified in a fresh process (``cube-jax bench verify``, every episode: the time
+    includes starting Python and compiling each task's replay), its recorded run time and the
+    size of its evidence."""
+    import subprocess
+    import sys
+
     from cube_jax.bench.entry import read_entry
-    from cube_jax.bench.verify import verify
 
     rows = []
     for folder in sorted(p for p in results.iterdir() if (p / "entry.json").is_file()):
         entry = read_entry(folder)
-        report = verify(folder)
+        t0 = time.perf_counter()
+        done = subprocess.run([sys.executable, "-m", "cube_jax.cli", "bench", "verify", str(folder)],
+                              capture_output=True, text=True)
+        seconds = time.perf_counter() - t0
+        if done.returncode != 0:
+            raise SystemExit(f"{folder}: bench verify failed: {done.stderr.strip()}")
+        print(done.stdout.strip())
         episodes = sum(len(r["episodes"]) for r in entry["tasks"].values())
         rows.append({"entry": folder.name, "agent": entry["agent"]["spec"], "tasks": len(entry["tasks"]),
                      "episodes": episodes, "run_seconds": entry["provenance"].get("wall_seconds"),
-                     "verify_seconds": round(report.seconds, 1), "evidence_bytes": report.evidence_bytes})
-        print(report.line())
+                     "verify_seconds": round(seconds, 1),
+                     "evidence_bytes": sum((folder / rel).stat().st_size for rel in entry["evidence"])})
     return {"rows": rows, "results_bytes": folder_bytes(results)}
 
 
@@ -70,7 +81,7 @@ def render(data: dict) -> str:
         blocks.append("\n".join(lines))
     entries = data.get("entries")
     if entries:
-        lines = ["| entry | agent | tasks | episodes | bench run (s) | bench verify, every episode (s) | evidence |",
+        lines = ["| entry | agent | tasks | episodes | bench run (s) | bench verify, every episode, fresh process (s) | evidence |",
                  "|---|---|---|---|---|---|---|"]
         for r in entries["rows"]:
             lines.append(f"| {r['entry']} | `{r['agent']}` | {r['tasks']} | {r['episodes']:,} | {r['run_seconds']:.0f} "
