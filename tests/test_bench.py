@@ -88,6 +88,12 @@ def test_a_training_pool_that_holds_a_test_layout_is_refused():
     assert env.generator.size == 4096
 
 
+def test_a_pool_whose_blocks_find_no_place_is_refused():
+    crowded = CountsLayouts.of(grid_size=8, num_agents=2, counts={3: 4})  # four 3x3 blocks apart: no room
+    with pytest.raises(RuntimeError, match="block placement failed for some layouts"):
+        PoolLayouts.draw(crowded, size=4, seed=0)
+
+
 def test_collision_chance_of_fresh_draws_is_measured():
     measured = suite.collision_chance(suite.task("n1"), draws=20_000, chunk=20_000)
     # 256 of n = 1's 6480 equally likely layouts (20 rows x 18 x 18 block cells)

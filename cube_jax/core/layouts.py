@@ -54,6 +54,11 @@ class LayoutGenerator:
     def __call__(self, key: jax.Array) -> Layout:
         raise NotImplementedError
 
+    def placed(self, key: jax.Array) -> Tuple[Layout, jax.Array]:
+        """``(self(key), bool[] every block found a place)``; only a generator that places
+        blocks can fail (its retries exhausted)."""
+        return self(key), jnp.array(True)
+
     @property
     def num_blocks(self) -> int:
         return len(self.weights)
@@ -86,11 +91,6 @@ class FixedLayout(LayoutGenerator):
         return self.layout
 
 
-def _placed(key: jax.Array, num_agents: int, weights: Tuple[int, ...], grid_size: int) -> Layout:
-    agent_pos, block_pos, _ = generator.sample_layout(key, num_agents, weights, grid_size)
-    return Layout(agent_pos, block_pos, jnp.asarray(weights, jnp.int32))
-
-
 @struct.dataclass
 class CountsLayouts(LayoutGenerator):
     """A fresh layout from the key: agents on distinct rows of column 0, blocks placed by the
@@ -111,8 +111,12 @@ class CountsLayouts(LayoutGenerator):
                              f"{grid_size}x{grid_size} grid")
         return cls(grid_size=int(grid_size), num_agents=int(num_agents), weights=weights)
 
+    def placed(self, key: jax.Array) -> Tuple[Layout, jax.Array]:
+        agent_pos, block_pos, ok = generator.sample_layout(key, self.num_agents, self.weights, self.grid_size)
+        return Layout(agent_pos, block_pos, jnp.asarray(self.weights, jnp.int32)), ok
+
     def __call__(self, key: jax.Array) -> Layout:
-        return _placed(key, self.num_agents, self.weights, self.grid_size)
+        return self.placed(key)[0]
 
     @property
     def counts(self) -> Tuple[Tuple[int, int], ...]:
@@ -121,8 +125,9 @@ class CountsLayouts(LayoutGenerator):
 
 
 @struct.dataclass
-class CurriculumLayouts(LayoutGenerator):
-    """A fresh n-curriculum layout from the key (:mod:`cube_jax.core.generator`)."""
+class CurriculumLayouts(CountsLayouts):
+    """A fresh n-curriculum layout from the key: the curriculum's grid side and block weights for
+    ``n`` (:mod:`cube_jax.core.generator`), placed as :class:`CountsLayouts` places them."""
 
     @classmethod
     def of(cls, n: int) -> "CurriculumLayouts":
@@ -131,9 +136,6 @@ class CurriculumLayouts(LayoutGenerator):
     @property
     def n(self) -> int:
         return self.num_agents
-
-    def __call__(self, key: jax.Array) -> Layout:
-        return _placed(key, self.num_agents, self.weights, self.grid_size)
 
 
 @struct.dataclass
@@ -183,19 +185,21 @@ class PoolLayouts(LayoutGenerator):
     @classmethod
     def draw(cls, source: LayoutGenerator, size: int, seed: int) -> "PoolLayouts":
         """``size`` layouts of ``source`` from the keys ``split(PRNGKey(seed), size)``, leaving out
-        every test layout of the suite (replaced by draws from further keys, in order)."""
-        layouts = _draw_many(source, jax.random.split(jax.random.PRNGKey(seed), size))
-        bad = {i for i, _ in _test_layouts_in(source, layouts)}
-        extra = 0
-        while bad:
-            keep = np.array([i for i in range(size) if i not in bad], dtype=int)
-            extra += 1
-            more = _draw_many(source, jax.random.split(jax.random.fold_in(jax.random.PRNGKey(seed), extra), size))
-            more_bad = {i for i, _ in _test_layouts_in(source, more)}
-            fill = np.array([i for i in range(size) if i not in more_bad], dtype=int)[: len(bad)]
-            layouts = jax.tree.map(lambda a, b: jnp.concatenate([a[keep], b[fill]])[:size], layouts, more)
-            bad = {i for i, _ in _test_layouts_in(source, layouts)}
-        return cls.of(layouts, source.grid_size)
+        every test layout of the suite (replaced, in order, by the draws of further key rounds
+        ``split(fold_in(PRNGKey(seed), r), size)``, r = 1, 2, ...); RuntimeError when a layout's
+        blocks found no place."""
+        root = jax.random.PRNGKey(seed)
+        parts, count, rounds = [], 0, 0
+        while count < size:
+            keys = jax.random.split(root if rounds == 0 else jax.random.fold_in(root, rounds), size)
+            layouts, ok = draw_layouts(source, keys)
+            if not bool(np.all(np.asarray(ok))):
+                raise RuntimeError(f"PoolLayouts.draw: block placement failed for some layouts of {source!r}")
+            test = {i for i, _ in _test_layouts_in(source, layouts)}
+            keep = np.array([i for i in range(size) if i not in test], dtype=int)[: size - count]
+            parts.append(jax.tree.map(lambda x: x[keep], layouts))
+            count, rounds = count + len(keep), rounds + 1
+        return cls.of(jax.tree.map(lambda *xs: jnp.concatenate(xs), *parts), source.grid_size)
 
 
 def _test_layouts_in(source: LayoutGenerator, layouts: Layout):
@@ -203,12 +207,10 @@ def _test_layouts_in(source: LayoutGenerator, layouts: Layout):
 
 
 @jax.jit
-def draw_layouts(source: LayoutGenerator, keys: jax.Array) -> Layout:
-    """One layout of ``source`` per key (a leading key axis), compiled once per generator shape."""
-    return jax.vmap(source)(keys)
-
-
-_draw_many = draw_layouts
+def draw_layouts(source: LayoutGenerator, keys: jax.Array) -> Tuple[Layout, jax.Array]:
+    """One layout of ``source`` per key (a leading key axis) and bool[K] whether each placed all
+    its blocks, compiled once per generator shape."""
+    return jax.vmap(source.placed)(keys)
 
 
 __all__ = ["CountsLayouts", "CurriculumLayouts", "FixedLayout", "Layout", "LayoutGenerator", "PoolLayouts",

@@ -138,7 +138,9 @@ def generate_test_set(t: Task, size: int = TEST_LAYOUTS):
     base = jax.random.fold_in(jax.random.fold_in(jax.random.fold_in(jax.random.PRNGKey(0), STREAM_TAG), SUITE_NUMBER),
                               t.stream)
     keys = jax.vmap(lambda i: jax.random.fold_in(base, i))(np.arange(2 * size, dtype=np.uint32))
-    layouts = jax.tree.map(np.asarray, draw_layouts(gen, keys))
+    layouts, placed = jax.tree.map(np.asarray, draw_layouts(gen, keys))
+    if not placed.all():
+        raise RuntimeError(f"task {t.name!r}: block placement failed for {int((~placed).sum())} reserved keys")
     seen, keep = set(), []
     for i, row in enumerate(layout_rows(layouts)):
         if row not in seen:
@@ -205,7 +207,7 @@ def collision_chance(t: Task, draws: int = 10**6, seed: int = 0, chunk: int = 65
         part = keys[start:start + chunk]
         if part.shape[0] < chunk:  # one compiled shape: pad the last chunk and drop the padding
             part = np.concatenate([np.asarray(part), np.repeat(np.asarray(part[:1]), chunk - part.shape[0], 0)])
-        rows = layout_rows(jax.tree.map(np.asarray, draw_layouts(gen, part)))[: min(chunk, draws - start)]
+        rows = layout_rows(jax.tree.map(np.asarray, draw_layouts(gen, part)[0]))[: min(chunk, draws - start)]
         collisions += sum(row in tests for row in rows)
     return {"draws": draws, "collisions": collisions, "chance": collisions / draws,
             "distinct_test_layouts": len(tests)}
