@@ -1,21 +1,7 @@
 """What the benchmark scripts share (imported from the scripts' own folder)."""
 from __future__ import annotations
 
-
-def cpu_model() -> str:
-    """The processor's name as the kernel reports it (``model name`` of /proc/cpuinfo), or
-    ``platform.processor()`` elsewhere: shared machines change kind from one day to the next,
-    and a figure is only comparable with others from the same kind."""
-    import platform
-
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
+from cube_jax.cpus import cpu_model, usable_cpus
 
 
 def host_info() -> dict:
@@ -26,7 +12,7 @@ def host_info() -> dict:
 
     return {
         "date": time.strftime("%Y-%m-%d %H:%M"),
-        "cpus_usable": len(os.sched_getaffinity(0)),
+        "cpus_usable": usable_cpus(),
         "cpu_model": cpu_model(),
         "xla_flags": os.environ.get("XLA_FLAGS", ""),
         "load_average": os.getloadavg()[0],

@@ -53,8 +53,9 @@ import numpy as np
 
 import cube_jax
 from cube_jax.core.wrappers import AutoResetWrapper
+from cube_jax.cpus import cpu_model
 
-from bench_common import cpu_model, markdown_table
+from bench_common import markdown_table
 
 ROOT = Path(__file__).resolve().parents[1]
 ACTION_TABLE = 16  # rollouts cycle through this many pre-drawn joint actions

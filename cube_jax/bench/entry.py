@@ -36,6 +36,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence
 import numpy as np
 
 from cube_jax.core import suite
+from cube_jax.cpus import cpu_model, usable_cpus
 
 FORMAT = 1
 ENTRY_FILE = "entry.json"
@@ -146,16 +147,6 @@ def _git(*args: str) -> Optional[str]:
     return done.stdout.strip() if done.returncode == 0 else None
 
 
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
 def provenance(command: Optional[Sequence[str]] = None) -> Dict[str, Any]:
     """Where and with what an entry is made: versions, commit, machine, command, start time."""
     from importlib.metadata import PackageNotFoundError, version
@@ -179,8 +170,8 @@ def provenance(command: Optional[Sequence[str]] = None) -> Dict[str, Any]:
         "jax": installed("jax"),
         "jaxlib": installed("jaxlib"),
         "device": f"{device.platform}: {getattr(device, 'device_kind', device.platform)}",
-        "cpu_model": _cpu_model(),
-        "cpus": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
+        "cpu_model": cpu_model(),
+        "cpus": usable_cpus(),
         "command": shlex.join(command if command is not None else ["cube-jax", *sys.argv[1:]]),
         "started": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
     }
