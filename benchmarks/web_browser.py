@@ -74,7 +74,7 @@ def live_view(browser, url: str, seconds: float, shots: Path = None) -> dict:
     # a fresh episode: the heuristic team delivers every block of n = 16 in about 150 steps
     game = page.evaluate("window.cube.app.live.game.id")
     page.click("#new-episode")
-    until(lambda: page.evaluate(f"window.cube.app.live.game.id > {game} && window.cube.drawn().steps >= 1"))
+    until(lambda: page.evaluate(f"window.cube.app.live.game.id > {game} && window.cube.drawn()?.steps >= 1"))
     # samples every 50 ms until the episode ends or the time is up; the rates cover the running part only
     probe = "(() => { const m = window.cube.metrics(), d = window.cube.drawn(); " \
             "return [performance.now(), m.draws, m.ticks, m.drawMs, d.steps, d.ended]; })()"
@@ -93,7 +93,7 @@ def live_view(browser, url: str, seconds: float, shots: Path = None) -> dict:
         page.select_option("#speed", "16")
         game = page.evaluate("window.cube.app.live.game.id")
         page.click("#new-episode")
-        until(lambda: page.evaluate(f"window.cube.app.live.game.id > {game} && window.cube.drawn().steps >= 60"))
+        until(lambda: page.evaluate(f"window.cube.app.live.game.id > {game} && window.cube.drawn()?.steps >= 60"))
         page.click("#pause")
         time.sleep(0.5)
         page.evaluate("window.scrollTo(0, 0)")
@@ -122,7 +122,7 @@ def human_moves(browser, server, moves: int, shots: Path = None) -> dict:
         page.fill("#plan-text", "move_to_block(0, left); rendezvous(0, left, 3, 40); push_block(0, 5)")
         page.fill("#message-text", "Block 0 needs all three of us on its left face.")
         page.click("#send-plan")
-        until(lambda: page.evaluate("window.cube.drawn().steps") >= moves + 4)
+        until(lambda: page.evaluate("window.cube.drawn()?.steps ?? 0") >= moves + 4)
         page.fill("#plan-text", "push_block(7, 3)")
         page.click("#send-plan")
         time.sleep(0.5)

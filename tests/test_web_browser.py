@@ -105,19 +105,19 @@ def test_a_key_press_moves_the_persons_agent_and_the_server_agrees(server, page)
           [t for t in state(server)["turns"] if t["agent"] == "agent_0"], what="agent_0's first turn")
     game = state(server)["game"]["id"]
     until(lambda: page.evaluate("window.cube.app.live.game.id") == game, what="the page to follow")
-    until(lambda: page.evaluate("window.cube.drawn() && window.cube.drawn().agents[0]") == [2, 0], what="the start")
+    until(lambda: page.evaluate("window.cube.drawn()?.agents[0]") == [2, 0], what="the start")
     until(lambda: "your turn" in page.locator("#turn").inner_text(), what="the turn shown")
     # the game waits for the person, and says so
     until(lambda: "waiting for the person at agent_0" in page.locator("#status").inner_text(), what="the waiting status")
     assert "running at" not in page.locator("#status").inner_text()
     page.keyboard.press("ArrowRight")
-    until(lambda: page.evaluate("window.cube.drawn().agents[0]") == [2, 1], what="the redrawn move")
+    until(lambda: page.evaluate("window.cube.drawn()?.agents[0]") == [2, 1], what="the redrawn move")
     until(lambda: state(server)["layout"]["agents"][0] == [2, 1], what="the server's state")
     moves = page.evaluate("window.cube.metrics().moves")
     assert len(moves) == 1 and moves[0]["key"] == "right" and moves[0]["ms"] > 0
     for expected in ([1, 1], [0, 1]):  # w moves up as the arrow does
         page.keyboard.press("w")
-        until(lambda: page.evaluate("window.cube.drawn().agents[0]") == expected, what=f"the move to {expected}")
+        until(lambda: page.evaluate("window.cube.drawn()?.agents[0]") == expected, what=f"the move to {expected}")
     page.keyboard.press("ArrowUp")  # into the wall: refused, the reason shown, nothing moves
     until(lambda: "wall" in page.locator("#play-error").inner_text(), what="the refusal")
     assert "agent_0 at (0, 1) cannot move up: that is the wall" in page.locator("#play-error").inner_text()
@@ -131,7 +131,7 @@ def test_a_key_press_moves_the_persons_agent_and_the_server_agrees(server, page)
     page.fill("#plan-text", "move(down, 2)")
     page.click("#send-plan")
     until(lambda: state(server)["layout"]["agents"][0] == [2, 1], what="the typed plan's two steps")
-    until(lambda: page.evaluate("window.cube.drawn().agents[0]") == [2, 1], what="the page to agree")
+    until(lambda: page.evaluate("window.cube.drawn()?.agents[0]") == [2, 1], what="the page to agree")
     assert "move(down, 2)" in page.locator("#agents article").nth(0).inner_text()
     page.locator("#plan-text").fill("")
     shot(page, "play.png")
@@ -175,10 +175,10 @@ def test_a_replay_reaches_the_last_step(server, page):
     assert replay["last"] == len(steps) == records[-1]["steps"]
     for _ in range(3):
         page.keyboard.press("ArrowRight")
-    until(lambda: page.evaluate("window.cube.drawn().t") == 3, what="step 3")
-    assert page.evaluate("window.cube.drawn().agents") == steps[2]["agents"]
+    until(lambda: page.evaluate("window.cube.drawn()?.t") == 3, what="step 3")
+    assert page.evaluate("window.cube.drawn()?.agents") == steps[2]["agents"]
     page.click("#last")
-    until(lambda: page.evaluate("window.cube.drawn().ended"), what="the last step")
+    until(lambda: page.evaluate("window.cube.drawn()?.ended"), what="the last step")
     drawn = page.evaluate("window.cube.drawn()")
     assert drawn["t"] == replay["last"] and drawn["agents"] == steps[-1]["agents"]
     assert page.evaluate("window.cube.replay().k") == replay["last"]
@@ -199,7 +199,7 @@ def test_a_replay_reaches_the_last_step(server, page):
     page.click("#first")
     for _ in range(6):
         page.keyboard.press("ArrowRight")
-    until(lambda: page.evaluate("window.cube.drawn().t") == 6, what="step 6")
+    until(lambda: page.evaluate("window.cube.drawn()?.t") == 6, what="step 6")
     shot(page, "replay.png")
     assert page.errors == []
 
