@@ -101,7 +101,7 @@ def _err(kind: ErrorKind, index: int, message: str, argument: Optional[str] = No
 
 
 # --- the rules of each action (docs/symbolic.md, "Actions") ------------------------------------
-# Every entry of ACTION_SPECS has its rules here (RULES) and in jax_executor.RULES.
+# Every entry of ACTION_SPECS has its rules here (RULES) and in jax_rules.RULES.
 
 StepResult = Tuple[Outcome, Optional[int], Optional[PlanError]]
 

@@ -42,341 +42,53 @@ its primitive action id (UP 1 ... RIGHT 4). Unused argument slots and rows past
 """
 from __future__ import annotations
 
-import dataclasses
-import functools
-from typing import Callable, List, Optional, Sequence, Tuple
-
 import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import struct
 from jax import lax
 
-from cube_jax.core.checks import as_int, excerpt
 from cube_jax.core.types import STAY, State
-from cube_jax.symbolic import concepts
-from cube_jax.symbolic.actions import SymbolicAction
 from cube_jax.symbolic.distance import distance_field, next_action, unreachable
+from cube_jax.symbolic.jax_plans import (  # noqa: F401  (the plan arrays: read from here too)
+    DONE,
+    FAILED,
+    IN_PROGRESS,
+    STARTED,
+    SUCCEEDED,
+    ExecutorState,
+    compile_plans,
+    decode_action,
+    encode_action,
+    init_executor,
+    plan_row,
+    set_plans,
+)
+from cube_jax.symbolic.jax_rules import (  # noqa: F401  (the rules: read from here too)
+    RULES,
+    ActionArgs,
+    BatchedActionRules,
+    BatchedSyncRules,
+    _by_code,
+    _views,
+    _World,
+    _world,
+    queue_targets,
+    rules_by_code,
+)
 from cube_jax.symbolic.vocabulary import (  # noqa: F401  (STATUS_NAMES, ERROR_NAMES: read from here too)
-    ACTION_CODES,
-    ACTION_SPECS,
     ERROR_NAMES,
-    FACE_PUSH_ACTION,
     MAX_ARGS,
     NUM_ACTIONS,
-    NUM_FACES,
     SPECS_BY_CODE,
     STATUS_NAMES,
-    ActionSpec,
     ErrorKind,
     Outcome,
-    Status,
-    away_direction,
-    decode_argument,
-    encode_argument,
     obstacle_agents,
-    packing_step,
-    queue_tails,
 )
-
-# Every action's code as a constant named after it (IDLE, MOVE, MOVE_TO_BLOCK, ...), from ACTION_SPECS.
-globals().update({name.upper(): code for name, code in ACTION_CODES.items()})
-# Statuses after a step (vocabulary.Status); "succeeded" only ever appears in the history.
-STARTED, IN_PROGRESS, SUCCEEDED, FAILED, DONE = Status
 
 # How a round of phase 1 left an agent.
 _GOING, _EMIT, _PENDING, _NEEDS_PATH, _STOPPED = 0, 1, 2, 3, 4
-
-
-@struct.dataclass
-class ExecutorState:
-    """Every agent's plan and where it is in it."""
-
-    plans: jax.Array  # int32[N, L, 1 + MAX_ARGS] rows [code, args...]
-    length: jax.Array  # int32[N] actions in each plan
-    index: jax.Array  # int32[N] current action (= length when the plan is done)
-    emitted: jax.Array  # int32[N] primitives emitted by the current action
-    started: jax.Array  # bool[N] the current action's preconditions were checked
-    failed: jax.Array  # bool[N] the plan failed; the agent emits STAY until it gets a new plan
-    status: jax.Array  # int32[N] a Status: STARTED, IN_PROGRESS, FAILED or DONE after the last step
-    error_kind: jax.Array  # int32[N] an ErrorKind: NONE, PRECONDITION or EXECUTION
-    error_index: jax.Array  # int32[N] index of the action that failed (-1 if none)
-
-    @property
-    def idle(self) -> jax.Array:
-        """bool[N]: no action left to run (plan finished, empty or failed)."""
-        return self.failed | (self.index >= self.length)
-
-
-# --- building plan arrays --------------------------------------------------------------------
-
-
-def encode_action(action: SymbolicAction) -> list:
-    """``[code, arg0, ..., arg{MAX_ARGS-1}]`` of one parsed action (see the module docstring)."""
-    row = [action.spec.code] + [encode_argument(arg, action.args[arg.name]) for arg in action.spec.args]
-    return row + [0] * (1 + MAX_ARGS - len(row))
-
-
-def decode_action(row) -> SymbolicAction:
-    """The action of one plan row (the inverse of :func:`encode_action`).
-
-    >>> str(decode_action([3, 2, 3, 2, 7]))
-    'rendezvous(2, right, 2, 7)'
-    """
-    row = [int(x) for x in np.asarray(row).reshape(-1)]
-    if not 0 <= row[0] < NUM_ACTIONS:
-        raise ValueError(f"decode_action: {row[0]} is not an action code (0..{NUM_ACTIONS - 1})")
-    spec = SPECS_BY_CODE[row[0]]
-    return SymbolicAction(spec.name, {arg.name: decode_argument(arg, x) for arg, x in zip(spec.args, row[1:])})
-
-
-def plan_row(name: str, *args) -> jax.Array:
-    """int32[1 + MAX_ARGS]: the row of action ``name`` with encoded ``args`` (ints, may be traced)."""
-    spec = ACTION_SPECS[name]
-    if len(args) != len(spec.args):
-        raise ValueError(f"plan_row: {name} takes {len(spec.args)} argument(s), got {len(args)}")
-    padding = [0] * (MAX_ARGS - len(args))
-    return jnp.stack([jnp.asarray(x, jnp.int32) for x in (spec.code, *args, *padding)])
-
-
-def compile_plans(plans: Sequence[Sequence[SymbolicAction]], max_len: Optional[int] = None):
-    """(int32[N, L, 1 + MAX_ARGS] plan rows, int32[N] lengths) from one parsed plan per agent.
-
-    ``L`` is ``max_len`` or the longest plan (at least 1). Raises ValueError for a plan
-    longer than ``max_len``, an entry that is not a SymbolicAction, or an argument that
-    does not fit int32 (naming the agent and the action).
-    """
-    if isinstance(plans, (str, bytes)) or not isinstance(plans, Sequence):
-        raise ValueError(f"compile_plans: plans must be a list with one parsed plan per agent, got {excerpt(plans)}")
-    for i, plan in enumerate(plans):
-        if isinstance(plan, (str, bytes)) or not isinstance(plan, Sequence):
-            raise ValueError(f"compile_plans: agent {i}'s plan must be a list of SymbolicAction, got {excerpt(plan)}")
-    longest = max([len(p) for p in plans] + [1])
-    size = longest if max_len is None else as_int(max_len, "compile_plans: max_len", 1)
-    if size < longest:
-        raise ValueError(f"compile_plans: a plan has {longest} actions but max_len is {size}")
-    rows = np.zeros((len(plans), size, 1 + MAX_ARGS), np.int32)
-    info = np.iinfo(np.int32)
-    for i, plan in enumerate(plans):
-        for k, action in enumerate(plan):
-            if not isinstance(action, SymbolicAction):
-                raise ValueError(f"compile_plans: agent {i} action {k} is {excerpt(action)}, not a SymbolicAction")
-            row = encode_action(action)
-            bad = [v for v in row if not info.min <= v <= info.max]
-            if bad:
-                raise ValueError(
-                    f"compile_plans: agent {i} action {k} ({action.name}) has the value {excerpt(bad[0])}, "
-                    "which does not fit the int32 plan arrays"
-                )
-            rows[i, k] = row
-    return jnp.asarray(rows), jnp.asarray([len(p) for p in plans], jnp.int32)
-
-
-def init_executor(plans: jax.Array, length: jax.Array) -> ExecutorState:
-    """A fresh executor running ``plans`` (as from :func:`compile_plans`) from their start."""
-    n = plans.shape[0]
-    zeros = jnp.zeros((n,), jnp.int32)
-    return ExecutorState(
-        plans=jnp.asarray(plans, jnp.int32),
-        length=jnp.asarray(length, jnp.int32),
-        index=zeros,
-        emitted=zeros,
-        started=jnp.zeros((n,), bool),
-        failed=jnp.zeros((n,), bool),
-        status=jnp.full((n,), DONE, jnp.int32),
-        error_kind=zeros,
-        error_index=zeros - 1,
-    )
-
-
-def set_plans(ex: ExecutorState, which: jax.Array, plans: jax.Array, length: jax.Array) -> ExecutorState:
-    """Gives the agents in ``which`` (bool[N]) new plans (int32[N, L, 5], int32[N]); others keep theirs.
-
-    A new plan starts from its first action with a clean status, as ``PlanExecutor.set_plan``.
-    """
-    fresh = init_executor(plans, length)
-    return jax.tree.map(lambda new, old: jnp.where(_expand(which, new), new, old), fresh, ex)
-
-
-def _expand(mask: jax.Array, like: jax.Array) -> jax.Array:
-    return mask.reshape(mask.shape + (1,) * (like.ndim - mask.ndim))
-
-
-# --- the world as one step sees it ----------------------------------------------------------
-
-
-@struct.dataclass
-class _World:
-    agent_pos: jax.Array  # int32[N, 2]
-    block_pos: jax.Array  # int32[B, 2]
-    block_weight: jax.Array  # int32[B]
-    alive: jax.Array  # bool[B]
-    align: jax.Array  # int32[4, N] block each agent is aligned with per face (B if none)
-    agent_grid: jax.Array  # int32[K, K] agent id per cell, -1 if none
-    block_grid: jax.Array  # int32[K, K] alive block id per cell, -1 if none
-
-
-def _world(state: State) -> _World:
-    return _World(
-        agent_pos=state.agent_pos,
-        block_pos=state.block_pos,
-        block_weight=state.block_weight,
-        alive=state.block_alive,
-        align=concepts.alignment(state),
-        agent_grid=concepts.agent_grid(state),
-        block_grid=concepts.block_grid(state),
-    )
-
-
-class ActionArgs:
-    """Every agent's current arguments read as those of one action ``spec``: right for the
-    agents whose current action it is, and harmless (clipped into range) for the others."""
-
-    def __init__(self, spec: ActionSpec, world: _World, args: jax.Array, emitted: jax.Array):
-        self.spec, self.world, self.args, self.emitted = spec, world, args, emitted  # args int32[N, MAX_ARGS]
-
-    def __getitem__(self, name: str) -> jax.Array:
-        """int32[N]: the argument ``name``."""
-        return self.args[:, self.spec.arg_index(name)]
-
-    @functools.cached_property
-    def block(self) -> jax.Array:
-        return jnp.clip(self["block"], 0, self.world.block_pos.shape[0] - 1)
-
-    @functools.cached_property
-    def face(self) -> jax.Array:
-        return jnp.clip(self["face"], 0, NUM_FACES - 1)
-
-    @functools.cached_property
-    def alive(self) -> jax.Array:
-        """bool[N]: the block is alive."""
-        return self.world.alive[self.block]
-
-    @functools.cached_property
-    def aligned(self) -> jax.Array:
-        """bool[N]: the agent is aligned with (block, face)."""
-        return self.world.align[self.face, jnp.arange(self.args.shape[0])] == self.block
-
-    @functools.cached_property
-    def faces_aligned(self) -> jax.Array:
-        """bool[4, N]: the agent is aligned with the block on each face."""
-        return self.world.align == self.block[None, :]
-
-
-# --- the rules of each action (docs/symbolic.md, "Actions") -------------------------------------
-# Every entry of ACTION_SPECS has its rules here (RULES) and in executor.RULES.
-
-
-@dataclasses.dataclass(frozen=True)
-class BatchedSyncRules:
-    """How phase 2 decides a synchronising action, for every agent at once."""
-
-    group: Callable[[ActionArgs], jax.Array]  # int32[N]: agents with the same action and group wait together
-    member: Callable[[ActionArgs], jax.Array]  # bool[N]: the agent counts in its group now
-    lost: Callable[[ActionArgs], jax.Array]  # bool[N]: fails before counting (execution error)
-    waiting: Callable[[ActionArgs], jax.Array]  # int32[N]: the primitive emitted while waiting
-
-
-@dataclasses.dataclass(frozen=True)
-class BatchedActionRules:
-    """One action's semantics on arrays.
-
-    ``step(args)`` gives (int32[N] Outcome, int32[N] primitive) of the started,
-    non-synchronising action; an outcome ``NEEDS_PATH`` is resolved after phase 2 by a
-    path step toward ``targets(world, agent, row)`` (bool[K, K], one agent with its plan
-    row's arguments). ``precondition(args)``: bool[N] violated, checked when the action
-    starts, after the check every action with a block gets (the block is alive).
-    ``sync``: the rules of a synchronising action.
-    """
-
-    step: Optional[Callable[[ActionArgs], Tuple[jax.Array, jax.Array]]] = None
-    precondition: Optional[Callable[[ActionArgs], jax.Array]] = None
-    targets: Optional[Callable[[_World, jax.Array, jax.Array], jax.Array]] = None
-    sync: Optional[BatchedSyncRules] = None
-
-
-def _repeat(primitive: Callable[[ActionArgs], jax.Array]):
-    """The step of an action that emits ``primitive`` until it has emitted ``steps`` of them."""
-
-    def step(a: ActionArgs):
-        return jnp.where(a.emitted >= a["steps"], Outcome.SUCCEED, Outcome.EMIT), primitive(a)
-
-    return step
-
-
-def _away(a: ActionArgs) -> jax.Array:
-    return away_direction(a.world.agent_pos, a.world.block_pos[a.block], a.world.block_weight[a.block])
-
-
-def _move_to_block(a: ActionArgs):
-    outcome = jnp.where(~a.alive, Outcome.FAIL, jnp.where(a.aligned, Outcome.SUCCEED, Outcome.NEEDS_PATH))
-    return outcome, jnp.full_like(outcome, STAY)
-
-
-def _move_to_block_targets(world: _World, agent: jax.Array, row: jax.Array) -> jax.Array:
-    spec = ACTION_SPECS["move_to_block"]
-    block = jnp.clip(row[spec.arg_index("block")], 0, world.block_pos.shape[0] - 1)
-    face = jnp.clip(row[spec.arg_index("face")], 0, NUM_FACES - 1)
-    return queue_targets(world, agent, block, face)
-
-
-def _push_block(a: ActionArgs):
-    done = ~a.alive | (a.emitted >= a["steps"])
-    lost = ~a.faces_aligned.any(0)
-    face = jnp.argmax(a.faces_aligned, 0)  # the one aligned face (first in code order)
-    outcome = jnp.where(done, Outcome.SUCCEED, jnp.where(lost, Outcome.FAIL, Outcome.EMIT))
-    return outcome, jnp.asarray(FACE_PUSH_ACTION, jnp.int32)[face]
-
-
-def _packing(a: ActionArgs) -> jax.Array:
-    w = a.world
-    return packing_step(w.agent_pos, w.block_pos[a.block], w.block_weight[a.block], a.face, w.agent_grid, w.block_grid)
-
-
-RULES = {
-    "idle": BatchedActionRules(step=_repeat(lambda a: jnp.full_like(a.emitted, STAY))),
-    "move": BatchedActionRules(step=_repeat(lambda a: a["direction"])),
-    "move_to_block": BatchedActionRules(step=_move_to_block, targets=_move_to_block_targets),
-    "rendezvous": BatchedActionRules(
-        precondition=lambda a: ~a.aligned,
-        sync=BatchedSyncRules(
-            group=lambda a: a.block * NUM_FACES + a.face,
-            member=lambda a: a.aligned,
-            lost=lambda a: ~a.alive | ~a.aligned,
-            waiting=_packing,
-        ),
-    ),
-    "push_block": BatchedActionRules(step=_push_block, precondition=lambda a: ~a.faces_aligned.any(0)),
-    "yield_block": BatchedActionRules(step=_repeat(_away)),
-    "wait_agents": BatchedActionRules(
-        sync=BatchedSyncRules(
-            group=lambda a: jnp.zeros_like(a.emitted),
-            member=lambda a: jnp.ones_like(a.emitted, bool),
-            lost=lambda a: jnp.zeros_like(a.emitted, bool),
-            waiting=lambda a: jnp.full_like(a.emitted, STAY),
-        ),
-    ),
-}
-
-
-def rules_by_code() -> List[BatchedActionRules]:
-    """The rules of every action, in code order; a clear error for an action that has none."""
-    missing = [spec.name for spec in SPECS_BY_CODE if spec.name not in RULES]
-    if missing:
-        raise NotImplementedError(f"the JAX executor has no rules for action(s) {missing}; add them to jax_executor.RULES")
-    return [RULES[spec.name] for spec in SPECS_BY_CODE]
-
-
-def _by_code(code: jax.Array, values: Sequence[jax.Array]) -> jax.Array:
-    """Per agent, ``values[code]`` (one array per action code, all of the same shape)."""
-    if all(v is values[0] for v in values):
-        return values[0]
-    return lax.select_n(code, *values)
-
-
-def _views(world: _World, args: jax.Array, emitted: jax.Array) -> List[ActionArgs]:
-    return [ActionArgs(spec, world, args, emitted) for spec in SPECS_BY_CODE]
-
 
 # --- phase 1 ---------------------------------------------------------------------------------
 
@@ -517,20 +229,6 @@ def _phase_two(ex: ExecutorState, world: _World, run: _Run) -> _Run:
     run = _succeed(run, met)
     run = run.replace(outcome=jnp.where(met, _GOING, run.outcome))
     return _phase_one(ex, world, run, decide_sync=True)
-
-
-# --- paths ---------------------------------------------------------------------------------
-
-
-def queue_targets(world: _World, agent: jax.Array, block: jax.Array, face: jax.Array) -> jax.Array:
-    """bool[K, K]: the tails of the queues behind each face cell, as ``agent`` sees them
-    (``vocabulary.queue_tails``; docs/symbolic.md, "Queue tails")."""
-    k = world.agent_grid.shape[0]
-    tails, valid = queue_tails(agent, world.block_pos[block], world.block_weight[block], face,
-                               world.agent_grid, world.block_grid)
-    rows = jnp.arange(k)
-    hit = (tails[:, 0][:, None, None] == rows[None, :, None]) & (tails[:, 1][:, None, None] == rows[None, None, :])
-    return (hit & valid[:, None, None]).any(0)
 
 
 def _field_to(passable: jax.Array, goals: jax.Array, start: jax.Array) -> jax.Array:
