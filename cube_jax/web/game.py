@@ -26,97 +26,24 @@ import json
 import logging
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Set
+from typing import Any, Callable, Dict, List, Mapping, Optional, Set
 
 
 from cube_jax.core.env import CubeEnv, layout
-from cube_jax.runtime import DEFAULT_DIRECTIVE_TIMEOUT, DEFAULT_MAX_PHASES, Episode, EpisodeEnded, EpisodeResult, Limits
+from cube_jax.runtime import DEFAULT_DIRECTIVE_TIMEOUT, DEFAULT_MAX_PHASES, Episode, EpisodeResult, Limits
 from cube_jax.runtime.topologies import make_topology
 from cube_jax.trace import agent_name
-from cube_jax.symbolic.actions import PlanError
 from cube_jax import registry
 from cube_jax.teams import Member, parse_team, team_agents
 from cube_jax.web import protocol
-from cube_jax.web.human import HumanAgent, TurnListener, human_factory, turn_info
+from cube_jax.web.human import HumanAgent, human_factory, turn_info
+from cube_jax.web.pacer import DEFAULT_SPEED, Pacer
+from cube_jax.web.seats import Seats
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_SPEED = 4.0
 # Outgoing messages a slow page may have queued before it is dropped.
 MAX_QUEUED = 20_000
-
-
-class Pacer:
-    """The ``before_step`` hook: pause, single steps, a speed, and the end of an episode.
-
-    ``speed`` is in steps per second (None: as fast as the episode goes). The time since
-    the previous step counts toward the next one, so a step that waited for a person or a
-    model is not delayed again.
-    """
-
-    def __init__(self, speed: Optional[float] = DEFAULT_SPEED, paused: bool = False):
-        self.speed = speed
-        self.paused = paused
-        self.end_reason: Optional[str] = None
-        self._steps_allowed = 0
-        self._last_step: Optional[float] = None
-        self._wake = asyncio.Event()
-
-    def poke(self) -> None:
-        self._wake.set()
-
-    def pause(self) -> None:
-        self.paused = True
-        self.poke()
-
-    def run(self, speed: Any = None) -> None:
-        if speed is not None:
-            self.set_speed(speed)
-        self.paused = False
-        self.poke()
-
-    def step(self) -> None:
-        self.paused = True
-        self._steps_allowed += 1
-        self.poke()
-
-    def set_speed(self, speed: Any) -> None:
-        self.speed = None if speed == "max" else float(speed)
-        self.poke()
-
-    def end(self, reason: str) -> None:
-        if self.end_reason is None:
-            self.end_reason = reason
-        self.poke()
-
-    async def _sleep(self, seconds: Optional[float]) -> None:
-        self._wake.clear()
-        try:
-            await asyncio.wait_for(self._wake.wait(), timeout=seconds)
-        except asyncio.TimeoutError:
-            pass
-
-    async def before_step(self) -> None:
-        while True:
-            if self.end_reason is not None:
-                raise EpisodeEnded(self.end_reason)
-            if self.paused:
-                if self._steps_allowed > 0:
-                    self._steps_allowed -= 1
-                    break
-                await self._sleep(None)
-                continue
-            if self.speed is not None and self._last_step is not None:
-                delay = 1.0 / self.speed - (time.perf_counter() - self._last_step)
-                if delay > 0:
-                    await self._sleep(delay)
-                    continue
-            break
-        self._last_step = time.perf_counter()
-        await asyncio.sleep(0)  # let the pages' messages go out between steps
-
-    def state(self) -> Dict[str, Any]:
-        return {"paused": self.paused, "speed": "max" if self.speed is None else self.speed}
 
 
 @dataclasses.dataclass
@@ -171,7 +98,7 @@ class Game:
         return {i: a for i, a in enumerate(self.agents) if isinstance(a, HumanAgent)}
 
 
-class Hub(TurnListener):
+class Hub:
     """The app's state: the world, the current game, the connected pages and the seats."""
 
     def __init__(self, env: CubeEnv, settings: Settings):
@@ -183,7 +110,7 @@ class Hub(TurnListener):
                                       directive_timeout=settings.directive_timeout)
         self.out = Path(settings.out)
         self.clients: Dict[int, Client] = {}
-        self.seats: Dict[int, int] = {}  # human agent id -> client id
+        self.seats = Seats(self)  # who holds each human agent's seat; the episode's turn listener
         self.game: Optional[Game] = None
         self.finished: List[EpisodeResult] = []
         self._client_ids = itertools.count(1)
@@ -192,10 +119,6 @@ class Hub(TurnListener):
         self._speed = settings.speed
         self._paused = settings.paused
         self._outputs: Optional[asyncio.Task] = None
-
-    @property
-    def human_ids(self) -> List[int]:
-        return [i for i, m in enumerate(self.members) if m.kind == "human"]
 
     # -- games ------------------------------------------------------------------------------
     def _trace_path(self, seed: int) -> Path:
@@ -212,7 +135,7 @@ class Hub(TurnListener):
             raise RuntimeError("an episode is still running")
         seed = self._next_seed
         self._next_seed += 1
-        factories = {"human": human_factory(self), **self.settings.factories}
+        factories = {"human": human_factory(self.seats), **self.settings.factories}
         agents = team_agents(self.env, self.members, factories=factories)
         pacer = Pacer(self._speed, self._paused)
         trace = self._trace_path(seed)
@@ -311,7 +234,7 @@ class Hub(TurnListener):
             "topology": self.topology.name,
             "team": self.settings.team,
             "agents": agents,
-            "humans": [agent_name(i) for i in self.human_ids],
+            "humans": [agent_name(i) for i in self.seats.human_ids],
             "running": bool(game is not None and game.running),
         }
 
@@ -320,9 +243,6 @@ class Hub(TurnListener):
         if game is not None:
             return game.pacer.state()
         return {"paused": self._paused, "speed": "max" if self._speed is None else self._speed}
-
-    def seat_info(self) -> Dict[str, Optional[int]]:
-        return {agent_name(i): self.seats.get(i) for i in self.human_ids}
 
     def open_turns(self) -> List[Dict[str, Any]]:
         game = self.game
@@ -333,7 +253,7 @@ class Hub(TurnListener):
     def welcome(self, client: Client) -> Dict[str, Any]:
         game = self.game
         return {"type": "welcome", "you": client.id, "game": self.game_info(), "controls": self.controls(),
-                "records": [] if game is None else game.records, "seats": self.seat_info(),
+                "records": [] if game is None else game.records, "seats": self.seats.info(),
                 "turns": self.open_turns(),
                 "result": None if game is None or game.result is None else game.result.to_dict()}
 
@@ -345,7 +265,7 @@ class Hub(TurnListener):
         stages = ({s.name: s.stage.value for s in episode.slots} if episode is not None else {})
         plans = ({s.name: (None if s.plan is None else str(s.plan)) for s in episode.slots} if episode is not None else {})
         return {"game": self.game_info(), "controls": self.controls(), "t": None if episode is None else episode.t,
-                "layout": world, "stages": stages, "plans": plans, "seats": self.seat_info(),
+                "layout": world, "stages": stages, "plans": plans, "seats": self.seats.info(),
                 "turns": self.open_turns(), "clients": len(self.clients),
                 "result": None if game is None or game.result is None else game.result.to_dict(),
                 "finished": [r.to_dict() for r in self.finished]}
@@ -360,7 +280,7 @@ class Hub(TurnListener):
     async def disconnect(self, client: Client) -> None:
         self.clients.pop(client.id, None)
         if client.seats:
-            await self._release(client, sorted(client.seats), left=True)
+            await self.seats.release(client, sorted(client.seats), left=True)
 
     def send(self, client: Client, message: Dict[str, Any]) -> None:
         client.send(json.dumps(message, allow_nan=False))
@@ -370,7 +290,7 @@ class Hub(TurnListener):
         for client in list(self.clients.values()):
             client.send(text)
 
-    def _reply(self, client: Client, request, kind: str, **fields) -> None:
+    def reply(self, client: Client, request, kind: str, **fields) -> None:
         self.send(client, {"type": kind, "id": getattr(request, "id", None), **fields})
 
     async def handle(self, client: Client, text) -> None:
@@ -383,12 +303,11 @@ class Hub(TurnListener):
             await self._dispatch(client, message)
         except Exception as err:  # noqa: BLE001 - no message may take the server down
             logger.exception("handling %s failed", type(message).__name__)
-            self._reply(client, message, "error", error=f"the server could not handle it: {type(err).__name__}")
+            self.reply(client, message, "error", error=f"the server could not handle it: {type(err).__name__}")
 
     async def _dispatch(self, client: Client, message) -> None:
-        game = self.game
         if isinstance(message, protocol.Ping):
-            self._reply(client, message, "pong", t=time.time())
+            self.reply(client, message, "pong", t=time.time())
         elif isinstance(message, protocol.Hello):
             self.send(client, {**self.welcome(client), "id": message.id})
         elif isinstance(message, (protocol.Pause, protocol.RunOn, protocol.Step, protocol.SetSpeed)):
@@ -397,14 +316,11 @@ class Hub(TurnListener):
         elif isinstance(message, protocol.NewEpisode):
             await self.new_game()
         elif isinstance(message, protocol.Join):
-            self._join(client, message)
+            self.seats.join(client, message)
         elif isinstance(message, protocol.Release):
-            ids = self._agent_ids(client, message, message.agents)
-            if ids is not None:
-                mine = [i for i in ids if self.seats.get(i) == client.id]
-                await self._release(client, mine, left=False)
+            await self.seats.give_back(client, message)
         elif isinstance(message, protocol.AGENT_INPUTS):
-            self._agent_input(client, message, game)
+            self.seats.agent_input(client, message)
 
     def _control(self, message) -> None:
         if isinstance(message, protocol.SetSpeed):
@@ -426,88 +342,6 @@ class Hub(TurnListener):
             game.pacer.step()
         else:
             game.pacer.set_speed(message.speed)
-
-    def _agent_ids(self, client: Client, request, names: Sequence[str]) -> Optional[List[int]]:
-        ids = []
-        for name in names:
-            i = int(name.rpartition("_")[2])
-            if i >= self.env.num_agents:
-                self._reply(client, request, "error", error=f"there is no {name}: the team has {self.env.num_agents} "
-                                                            "agents")
-                return None
-            if i not in self.human_ids:
-                self._reply(client, request, "error", error=f"{name} is a {self.members[i].kind} agent; only human "
-                                                            "agents take a person")
-                return None
-            ids.append(i)
-        return ids
-
-    def _join(self, client: Client, message: protocol.Join) -> None:
-        ids = self._agent_ids(client, message, message.agents)
-        if ids is None:
-            return
-        taken = [agent_name(i) for i in ids if self.seats.get(i) not in (None, client.id)]
-        if taken:
-            self._reply(client, message, "error", error=f"{', '.join(taken)} already has a person")
-            return
-        for i in ids:
-            self.seats[i] = client.id
-            client.seats.add(i)
-        self._reply(client, message, "joined", agents=[agent_name(i) for i in sorted(client.seats)])
-        self.broadcast({"type": "seats", "seats": self.seat_info()})
-
-    async def _release(self, client: Client, ids: Sequence[int], left: bool) -> None:
-        for i in ids:
-            if self.seats.get(i) == client.id:
-                del self.seats[i]
-            client.seats.discard(i)
-        self.broadcast({"type": "seats", "seats": self.seat_info()})
-        game = self.game
-        if ids and game is not None and game.running:
-            names = ", ".join(agent_name(i) for i in ids)
-            reason = f"the person at {names} left" if left else f"the person at {names} gave the seat back"
-            # the loop ends the episode at its next decision or step; this does not wait for it
-            game.pacer.end(reason)
-            for i in ids:
-                game.humans()[i].leave(reason)
-
-    def _agent_input(self, client: Client, message, game: Optional[Game]) -> None:
-        i = int(message.agent.rpartition("_")[2])
-        if self.seats.get(i) != client.id:
-            holder = "nobody" if i not in self.seats else "another page"
-            self._reply(client, message, "refused", agent=message.agent,
-                        error=f"{message.agent} is not yours (its seat is held by {holder}); join it first")
-            return
-        if game is None or not game.running:
-            self._reply(client, message, "refused", agent=message.agent, error="no episode is running")
-            return
-        agent = game.humans().get(i)
-        reason = agent.submit(message) if agent is not None else f"{message.agent} is not a human agent"
-        if reason is not None:
-            self._reply(client, message, "refused", agent=message.agent, error=reason)
-
-    # -- TurnListener -----------------------------------------------------------------------------
-    def _holder(self, agent: HumanAgent) -> Optional[Client]:
-        holder = self.seats.get(agent.agent)
-        return self.clients.get(holder) if holder is not None else None
-
-    def turn_opened(self, agent: HumanAgent, ctx) -> None:
-        self.broadcast({"type": "turn", "turn": turn_info(ctx)})
-
-    def refused(self, agent: HumanAgent, item, error: PlanError) -> None:
-        client = self._holder(agent)
-        if client is not None:
-            self._reply(client, item, "refused", agent=agent.name, error=str(error), detail=error.to_dict())
-
-    def accepted(self, agent: HumanAgent, item, decision) -> None:
-        client = self._holder(agent)
-        if client is not None:
-            plan = None if decision.plan is None else str(decision.plan)
-            self._reply(client, item, "accepted", agent=agent.name, plan=plan, resume=bool(decision.resume),
-                        messages=len(decision.messages))
-
-    def turn_closed(self, agent: HumanAgent) -> None:
-        self.broadcast({"type": "turn_closed", "agent": agent.name})
 
 
 __all__ = ["Client", "Game", "Hub", "Pacer", "Settings"]
