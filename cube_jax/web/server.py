@@ -126,18 +126,9 @@ def create_app(env: CubeEnv, settings: Settings, replays: Sequence[Path] = (), p
         return Response(png, media_type="image/png", headers=SECURITY_HEADERS)
 
     async def api_replay(request: Request) -> Response:
-        declared = request.headers.get("content-length")
-        if declared is not None and (not declared.isdigit() or int(declared) > MAX_UPLOAD_BYTES):
-            return _error(f"a trace of at most {MAX_UPLOAD_BYTES} bytes", 413)
-        body = bytearray()
-        async for chunk in request.stream():
-            body += chunk
-            if len(body) > MAX_UPLOAD_BYTES:
-                return _error(f"a trace of at most {MAX_UPLOAD_BYTES} bytes", 413)
-        try:
-            text = body.decode("utf-8")
-        except UnicodeDecodeError as err:
-            return _error(f"not UTF-8 text (byte {err.start})", 422)
+        text, error = await _read_upload(request)
+        if error is not None:
+            return error
         name = request.query_params.get("name", "upload")[:200]
         try:
             records = await asyncio.to_thread(records_from_text, text, name)
@@ -151,44 +142,7 @@ def create_app(env: CubeEnv, settings: Settings, replays: Sequence[Path] = (), p
         return _json(replay_payload(records, name, picture))
 
     async def ws_endpoint(websocket: WebSocket) -> None:
-        if not _same_origin(websocket):
-            await websocket.close(code=1008, reason="cross-origin connections are refused")
-            return
-        await websocket.accept()
-        queue: asyncio.Queue = asyncio.Queue()
-
-        def send(text: str) -> None:
-            if queue.qsize() > MAX_QUEUED:  # a page that stopped reading
-                queue.put_nowait(None)
-                return
-            queue.put_nowait(text)
-
-        async def sender() -> None:
-            while True:
-                text = await queue.get()
-                if text is None:
-                    await websocket.close(code=1013, reason="too far behind")
-                    return
-                await websocket.send_text(text)
-
-        client = hub.connect(send)
-        writer = asyncio.create_task(sender())
-        try:
-            while True:
-                try:
-                    message = await websocket.receive()
-                except (WebSocketDisconnect, RuntimeError):  # the transport is gone
-                    break
-                if message["type"] == "websocket.disconnect":
-                    break
-                # never raises: a bad frame gets an error reply and the connection stays open
-                await hub.handle(client, message.get("text") if message.get("text") is not None
-                                 else message.get("bytes") or b"")
-        finally:
-            writer.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await writer
-            await hub.disconnect(client)
+        await _page_session(hub, websocket)
 
     @contextlib.asynccontextmanager
     async def lifespan(app):
@@ -216,6 +170,65 @@ def create_app(env: CubeEnv, settings: Settings, replays: Sequence[Path] = (), p
     app.state.hub = hub
     app.state.shelf = shelf
     return app
+
+
+async def _read_upload(request: Request):
+    """``(the body as text, None)``, or ``(None, the error response)``: too large, not UTF-8."""
+    declared = request.headers.get("content-length")
+    if declared is not None and (not declared.isdigit() or int(declared) > MAX_UPLOAD_BYTES):
+        return None, _error(f"a trace of at most {MAX_UPLOAD_BYTES} bytes", 413)
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > MAX_UPLOAD_BYTES:
+            return None, _error(f"a trace of at most {MAX_UPLOAD_BYTES} bytes", 413)
+    try:
+        return body.decode("utf-8"), None
+    except UnicodeDecodeError as err:
+        return None, _error(f"not UTF-8 text (byte {err.start})", 422)
+
+
+async def _page_session(hub: Hub, websocket: WebSocket) -> None:
+    """One page's WebSocket: the hub's messages go out through a queue (a page too far
+    behind is closed), and every frame that comes in is handed to the hub."""
+    if not _same_origin(websocket):
+        await websocket.close(code=1008, reason="cross-origin connections are refused")
+        return
+    await websocket.accept()
+    queue: asyncio.Queue = asyncio.Queue()
+
+    def send(text: str) -> None:
+        if queue.qsize() > MAX_QUEUED:  # a page that stopped reading
+            queue.put_nowait(None)
+            return
+        queue.put_nowait(text)
+
+    async def sender() -> None:
+        while True:
+            text = await queue.get()
+            if text is None:
+                await websocket.close(code=1013, reason="too far behind")
+                return
+            await websocket.send_text(text)
+
+    client = hub.connect(send)
+    writer = asyncio.create_task(sender())
+    try:
+        while True:
+            try:
+                message = await websocket.receive()
+            except (WebSocketDisconnect, RuntimeError):  # the transport is gone
+                break
+            if message["type"] == "websocket.disconnect":
+                break
+            # never raises: a bad frame gets an error reply and the connection stays open
+            await hub.handle(client, message.get("text") if message.get("text") is not None
+                             else message.get("bytes") or b"")
+    finally:
+        writer.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await writer
+        await hub.disconnect(client)
 
 
 def _quote(name: str) -> str:
