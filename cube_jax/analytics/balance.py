@@ -68,6 +68,8 @@ import numpy as np
 
 from cube_jax.analytics.intervals import CONFIDENCE, RESAMPLES, bootstrap_ci
 from cube_jax.analytics.traces import METRIC_VIEWS, MetricRecord, RecordError, decode_records
+from cube_jax.core.types import ACTION_DELTAS
+from cube_jax.names import STAY, action_or_stay, agent_order
 
 _EPISODE, _STEP = METRIC_VIEWS["episode"], METRIC_VIEWS["step"]
 
@@ -106,9 +108,6 @@ def workload_balance(work: Sequence[float], optimal: Optional[Sequence[float]] =
 
 
 # --- pushes from the records -------------------------------------------------------------------
-
-
-_DELTAS = {1: (-1, 0), 2: (1, 0), 3: (0, -1), 4: (0, 1)}  # UP, DOWN, LEFT, RIGHT (ACTION_DELTAS)
 
 
 class _Blocks:
@@ -159,11 +158,11 @@ def step_pushes(agents: Sequence[Sequence[int]], blocks: Sequence[Sequence[Any]]
     occupied = set(cells)
     pushed = []
     for (r, c), action in zip(cells, actions):
-        delta = _DELTAS.get(action)
-        if delta is None:  # STAY (and anything outside 1..4, which the core treats as STAY)
+        action = action_or_stay(action)
+        if action == STAY:
             pushed.append(-1)
             continue
-        dr, dc = delta
+        dr, dc = ACTION_DELTAS[action]
         r, c = r + dr, c + dc
         while (r, c) in occupied:
             r, c = r + dr, c + dc
@@ -172,11 +171,7 @@ def step_pushes(agents: Sequence[Sequence[int]], blocks: Sequence[Sequence[Any]]
 
 
 def _names(agents: Mapping[str, Any]) -> List[str]:
-    def order(name: str):
-        suffix = name.rpartition("_")[2]
-        return (0, int(suffix), name) if suffix.isdigit() else (1, 0, name)
-
-    return sorted(agents, key=order)
+    return sorted(agents, key=agent_order)
 
 
 def episode_pushes(records: Sequence[Mapping[str, Any]]) -> Tuple[List[str], List[str], List[int]]:

@@ -31,7 +31,8 @@ from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
-from cube_jax.trace import FACE_NAMES, SCHEMA_VERSION, TraceWriter, agent_name
+from cube_jax.names import FACE_NAMES, agent_name
+from cube_jax.trace import SCHEMA_VERSION, TraceWriter
 
 FAILURE_REASONS = ("blocked by an agent", "block out of reach", "timeout")
 

@@ -40,6 +40,7 @@ from typing import IO, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 import msgspec
 
+from cube_jax.names import agent_order
 from cube_jax.trace import (
     PLAN_EVENTS,
     RECORD_TYPES,
@@ -345,9 +346,7 @@ def team_label(header: dict) -> str:
 
 
 def _agent_order(item) -> tuple:
-    name = item[0]
-    suffix = name.rpartition("_")[2]
-    return (0, int(suffix), name) if suffix.isdigit() else (1, 0, name)
+    return agent_order(item[0])
 
 
 def agent_names(header: dict) -> List[str]:

@@ -28,21 +28,13 @@ from typing import Annotated, Any, Dict, List, Literal, Mapping, Optional, Seque
 import msgspec
 from msgspec import Meta
 
+from cube_jax.names import EXCERPT, FACE_NAMES, LLM_PURPOSES, STAGES, agent_name, excerpt
+
 SCHEMA_VERSION = 1
-STAGES = ("R", "W", "X", "I")
 PLAN_EVENTS = ("committed", "resumed", "succeeded", "failed", "replaced", "unfinished")
-LLM_PURPOSES = ("plan", "interrupt", "message", "proposal", "commitment")
 MESSAGE_KINDS = ("proposal", "commitment")
-FACE_NAMES = ("up", "down", "left", "right")
-TASK_KEY = re.compile(r"^(0|[1-9]\d*):(up|down|left|right)$")
+TASK_KEY = re.compile(rf"^(0|[1-9]\d*):({'|'.join(FACE_NAMES)})$")
 BLOCK_KEY = re.compile(r"^(0|[1-9]\d*)$")
-# What an error message quotes of a bad value, at most.
-EXCERPT = 80
-
-
-def agent_name(i: int) -> str:
-    """The trace name of agent ``i``: ``agent_i``."""
-    return f"agent_{i}"
 
 
 class RecordRuleError(Exception):
@@ -53,10 +45,6 @@ class RecordRuleError(Exception):
     def __init__(self, key: str, message: str):
         self.key = key
         super().__init__(message)
-
-
-def _excerpt(text: str) -> str:
-    return text if len(text) <= EXCERPT else text[:EXCERPT] + "..."
 
 
 # --- field types ---------------------------------------------------------------------------------
@@ -167,7 +155,7 @@ class StepRecord(TraceRecord, tag="step"):
         for key in self.tasks:
             if not TASK_KEY.match(key):
                 raise RecordRuleError(
-                    "tasks", f"task key {_excerpt(key)!r} is not '<block>:<face>' with face up, down, left or right")
+                    "tasks", f"task key {excerpt(key)!r} is not '<block>:<face>' with face up, down, left or right")
 
 
 class NegotiationRecord(TraceRecord, tag="negotiation"):
@@ -185,10 +173,10 @@ class NegotiationRecord(TraceRecord, tag="negotiation"):
         for key in ("proposals", "commitments", "allocation"):
             outside = [name for name in getattr(self, key) if name not in members]
             if outside:
-                raise RecordRuleError(key, f"{_excerpt(outside[0])!r} is not a member of the room")
+                raise RecordRuleError(key, f"{excerpt(outside[0])!r} is not a member of the room")
         for block in self.team_sizes:
             if not BLOCK_KEY.match(block):
-                raise RecordRuleError("team_sizes", f"key {_excerpt(block)!r} is not a block id")
+                raise RecordRuleError("team_sizes", f"key {excerpt(block)!r} is not a block id")
 
 
 class EndRecord(TraceRecord, tag="end"):

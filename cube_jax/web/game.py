@@ -32,7 +32,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Set
 from cube_jax.core.env import CubeEnv, layout
 from cube_jax.runtime import DEFAULT_DIRECTIVE_TIMEOUT, DEFAULT_MAX_PHASES, Episode, EpisodeEnded, EpisodeResult, Limits
 from cube_jax.runtime.topologies import make_topology
-from cube_jax.trace import agent_name
+from cube_jax.names import agent_index, agent_name
 from cube_jax.symbolic.actions import PlanError
 from cube_jax import registry
 from cube_jax.teams import Member, parse_team, team_agents
@@ -430,7 +430,7 @@ class Hub(TurnListener):
     def _agent_ids(self, client: Client, request, names: Sequence[str]) -> Optional[List[int]]:
         ids = []
         for name in names:
-            i = int(name.rpartition("_")[2])
+            i = agent_index(name)
             if i >= self.env.num_agents:
                 self._reply(client, request, "error", error=f"there is no {name}: the team has {self.env.num_agents} "
                                                             "agents")
@@ -472,7 +472,7 @@ class Hub(TurnListener):
                 game.humans()[i].leave(reason)
 
     def _agent_input(self, client: Client, message, game: Optional[Game]) -> None:
-        i = int(message.agent.rpartition("_")[2])
+        i = agent_index(message.agent)
         if self.seats.get(i) != client.id:
             holder = "nobody" if i not in self.seats else "another page"
             self._reply(client, message, "refused", agent=message.agent,

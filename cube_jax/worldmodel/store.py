@@ -24,6 +24,7 @@ import msgspec
 from msgspec import Meta
 
 from cube_jax.files import write_atomic
+from cube_jax.names import excerpt
 from cube_jax.worldmodel.model import WorldMismatchError, WorldModel, WorldModelError
 from cube_jax.worldmodel.outcomes import Attempt, EpisodeNode, world_name
 
@@ -258,8 +259,7 @@ def _first_difference(found: Any, expected: Any, where: str = "") -> Optional[Tu
 
 
 def _short(value: Any) -> str:
-    text = json.dumps(value, ensure_ascii=False)
-    return text if len(text) <= 80 else text[:80] + "..."
+    return excerpt(json.dumps(value, ensure_ascii=False))
 
 
 __all__ = ["FORMAT", "VERSION", "from_json", "load", "save", "to_builtins", "to_json"]
