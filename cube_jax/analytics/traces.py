@@ -42,6 +42,7 @@ import msgspec
 
 from cube_jax.names import agent_order
 from cube_jax.trace import (
+    OUTCOME_KEYS,
     PLAN_EVENTS,
     RECORD_TYPES,
     STAGES,
@@ -69,7 +70,7 @@ METRIC_KEYS = {
     "llm": ("latency_s", "prompt_tokens", "completion_tokens", "valid", "fallback"),
     "step": ("delivered", "tasks", "actions", "agents", "blocks"),
     "negotiation": ("room", "proposals", "commitments", "allocation", "quorum_failed"),
-    "end": ("terminated", "steps", "blocks_delivered", "blocks_total", "weight_delivered"),
+    "end": OUTCOME_KEYS,
 }
 METRIC_VIEWS = record_views(METRIC_KEYS, prefix="Metric")
 MetricRecord = Union[tuple(METRIC_VIEWS.values())]

@@ -72,6 +72,43 @@ class LayoutInfo(msgspec.Struct, forbid_unknown_fields=True, gc=False):
     blocks: List[BlockRow]
 
 
+class Outcome(msgspec.Struct, gc=False):
+    """How an episode ended, declared once: the ``end`` record carries these keys, and the
+    runtime's result, the world model's episodes and the analytics read them through this
+    type (LLM.md section 5, under ``end``)."""
+
+    steps: NonNegativeInt
+    terminated: bool
+    truncated: bool
+    reason: str
+    blocks_delivered: NonNegativeInt
+    blocks_total: NonNegativeInt
+    weight_delivered: NonNegativeInt
+    weight_total: NonNegativeInt
+
+    @classmethod
+    def of(cls, source: Any) -> "Outcome":
+        """The outcome fields of any object that has them (an ``end`` record or a view of
+        one, a result, a world model's episode), as an :class:`Outcome`."""
+        return cls(**{key: getattr(source, key) for key in OUTCOME_KEYS})
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {key: getattr(self, key) for key in OUTCOME_KEYS}
+
+
+_OUTCOME_FIELDS = msgspec.structs.fields(Outcome)
+OUTCOME_KEYS = tuple(f.name for f in _OUTCOME_FIELDS)
+# The counts of an outcome (its integer keys): what an interrupted trace reports as they stood.
+OUTCOME_COUNTS = tuple(f.name for f in _OUTCOME_FIELDS if f.type == NonNegativeInt)
+
+
+def outcome_fields() -> List[Tuple[str, Any]]:
+    """The outcome's keys with their types, for :func:`msgspec.defstruct`: how a type that
+    holds an outcome among other keys (the ``end`` record, the world model file's episode
+    entries) declares them without listing them again."""
+    return [(f.name, f.type) for f in _OUTCOME_FIELDS]
+
+
 class TaskCounts(msgspec.Struct, frozen=True, gc=False):
     """A face's counts at one step (LLM.md section 5, under ``step``)."""
 
@@ -179,15 +216,9 @@ class NegotiationRecord(TraceRecord, tag="negotiation"):
                 raise RecordRuleError("team_sizes", f"key {excerpt(block)!r} is not a block id")
 
 
-class EndRecord(TraceRecord, tag="end"):
-    terminated: bool
-    truncated: bool
-    reason: str
-    steps: NonNegativeInt
-    blocks_delivered: NonNegativeInt
-    blocks_total: NonNegativeInt
-    weight_delivered: NonNegativeInt
-    weight_total: NonNegativeInt
+# The last record: the episode's outcome (:class:`Outcome`), stamped with ``t`` and ``wall``.
+EndRecord = msgspec.defstruct("EndRecord", outcome_fields(), bases=(TraceRecord,), tag="end", tag_field="type",
+                              gc=False, module=__name__)
 
 
 RECORD_CLASSES: Dict[str, type] = {
@@ -237,7 +268,8 @@ def record_views(keys: Mapping[str, Sequence[str]], prefix: str = "") -> Dict[st
 
 
 __all__ = ["AgentInfo", "AnyRecord", "BLOCK_KEY", "EXCERPT", "EndRecord", "EpisodeRecord", "FACE_NAMES", "LLMRecord",
-           "LLM_PURPOSES", "LayoutInfo", "MESSAGE_KINDS", "MessageRecord", "NegotiationRecord", "PLAN_EVENTS",
+           "LLM_PURPOSES", "LayoutInfo", "MESSAGE_KINDS", "MessageRecord", "NegotiationRecord", "OUTCOME_COUNTS", "OUTCOME_KEYS", "Outcome",
+           "PLAN_EVENTS",
            "PlanRecord", "RECORD_CLASSES", "RECORD_TYPES", "RecordRuleError", "SCHEMA_VERSION", "STAGES",
-           "StageRecord", "StepRecord", "TASK_KEY", "TaskCounts", "TraceRecord", "agent_name", "record_views",
+           "StageRecord", "StepRecord", "TASK_KEY", "TaskCounts", "TraceRecord", "agent_name", "outcome_fields", "record_views",
            "required_keys"]
