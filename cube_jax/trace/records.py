@@ -236,9 +236,16 @@ def required_keys(record_type: str) -> frozenset:
     return frozenset(f.encode_name for f in fields if f.required) | {"type"}
 
 
-def record_views(keys: Mapping[str, Sequence[str]], prefix: str = "") -> Dict[str, type]:
+class _StepOnly(msgspec.Struct, tag_field="type", gc=False):
+    """The base of views that keep no clock reading (``record_views(..., wall=False)``)."""
+
+    t: NonNegativeInt
+
+
+def record_views(keys: Mapping[str, Sequence[str]], prefix: str = "", *, wall: bool = True) -> Dict[str, type]:
     """Light record types that hold only some keys: ``keys`` maps a record type to the keys
-    to keep (``t`` and ``wall`` are always kept), each with the type declared above.
+    to keep (``t`` is always kept, and ``wall`` unless ``wall=False``, for readers that take
+    records without clock readings), each with the type declared above.
 
     Decoding into a view skips the keys it leaves out without building Python objects for
     them (a step record's positions and rewards are most of a trace) and checks the kept
@@ -261,15 +268,15 @@ def record_views(keys: Mapping[str, Sequence[str]], prefix: str = "") -> Dict[st
                 continue
             field = fields[key]
             spec.append((key, field.type) if field.required else (key, field.type, field.default))
-        views[record_type] = msgspec.defstruct(f"{prefix}{full.__name__}View", spec, bases=(TraceRecord,),
+        views[record_type] = msgspec.defstruct(f"{prefix}{full.__name__}View", spec,
+                                               bases=(TraceRecord if wall else _StepOnly,),
                                                tag=record_type, tag_field="type", gc=False,
                                                module=__name__)
     return views
 
 
 __all__ = ["AgentInfo", "AnyRecord", "BLOCK_KEY", "EXCERPT", "EndRecord", "EpisodeRecord", "FACE_NAMES", "LLMRecord",
-           "LLM_PURPOSES", "LayoutInfo", "MESSAGE_KINDS", "MessageRecord", "NegotiationRecord", "OUTCOME_COUNTS", "OUTCOME_KEYS", "Outcome",
-           "PLAN_EVENTS",
-           "PlanRecord", "RECORD_CLASSES", "RECORD_TYPES", "RecordRuleError", "SCHEMA_VERSION", "STAGES",
-           "StageRecord", "StepRecord", "TASK_KEY", "TaskCounts", "TraceRecord", "agent_name", "outcome_fields", "record_views",
-           "required_keys"]
+           "LLM_PURPOSES", "LayoutInfo", "MESSAGE_KINDS", "MessageRecord", "NegotiationRecord", "OUTCOME_COUNTS",
+           "OUTCOME_KEYS", "Outcome", "PLAN_EVENTS", "PlanRecord", "RECORD_CLASSES", "RECORD_TYPES", "RecordRuleError",
+           "SCHEMA_VERSION", "STAGES", "StageRecord", "StepRecord", "TASK_KEY", "TaskCounts", "TraceRecord", "agent_name",
+           "outcome_fields", "record_views", "required_keys"]
