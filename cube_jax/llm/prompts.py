@@ -42,7 +42,7 @@ import jinja2
 
 from cube_jax.agents.base import DecisionContext, Purpose, Reason
 from cube_jax.core.types import ACTION_NAMES
-from cube_jax.names import agent_name
+from cube_jax.names import LLM_PURPOSES, agent_name
 from cube_jax.llm.replies import ReplyContext, reply_example
 from cube_jax.symbolic.actions import ACTION_SPECS
 
@@ -132,7 +132,7 @@ class PromptBook:
         recipients = frozenset(ctx.topology.allowed_recipients) if ctx.topology.may_send else frozenset()
         reply = ReplyContext(num_agents=ctx.num_agents, block_alive=(True,) * (max(1, len(ctx.views.blocks))),
                              agent=ctx.agent, allowed_recipients=recipients, message_budget=1 if recipients else 0)
-        return {p: reply_example(p, reply) for p in ("plan", "interrupt", "message", "proposal", "commitment")}
+        return {p: reply_example(p, reply) for p in LLM_PURPOSES}
 
     def user_variables(self, ctx: DecisionContext, decisions: Sequence[Dict[str, Any]] = (), *,
                        strategy_tips: bool = False, feedback: bool = False) -> Dict[str, Any]:
