@@ -28,11 +28,12 @@ from typing import Annotated, Any, Dict, List, Literal, Mapping, Optional, Seque
 import msgspec
 from msgspec import Meta
 
-from cube_jax.names import EXCERPT, FACE_NAMES, LLM_PURPOSES, STAGES, agent_name, excerpt
+from cube_jax.names import CHOICE_PURPOSES, EXCERPT, FACE_NAMES, LLM_PURPOSES, STAGES, agent_name, excerpt
 
 SCHEMA_VERSION = 1
 PLAN_EVENTS = ("committed", "resumed", "succeeded", "failed", "replaced", "unfinished")
-MESSAGE_KINDS = ("proposal", "commitment")
+# A negotiation message's kind is the purpose of the decision that sent it.
+MESSAGE_KINDS = CHOICE_PURPOSES
 TASK_KEY = re.compile(rf"^(0|[1-9]\d*):({'|'.join(FACE_NAMES)})$")
 BLOCK_KEY = re.compile(r"^(0|[1-9]\d*)$")
 
