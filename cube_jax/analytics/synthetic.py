@@ -74,12 +74,12 @@ def random_trace(
         team.enter(name, "R", 0)
     t = 0
     while t < steps and world.any_alive():
-        team.deliberate(t)
+        _deliberate(team, t)
         trace.advance(1e-3)
         trace.emit("step", t, **world.step(t, names, team.plan))
         t += 1
-        team.end_plans(t, plan_end_rate)
-    team.close(t)
+        _end_plans(team, t, plan_end_rate)
+    _close_plans(team, t)
     trace.advance(1e-3)
     trace.emit("end", t, **world.outcome(t))
     return trace.records
@@ -205,47 +205,6 @@ class _Team:
                         content=f"{name} takes block {int(rng.integers(len(self.world.blocks)))}")
         return recipients
 
-    def deliberate(self, t: int) -> None:
-        """The cognitive phase before step ``t``: those reasoning decide (and may talk, or meet
-        in a room); messages interrupt the busy; then every waiting agent executes."""
-        interrupted: List[str] = []
-        room = [name for name in self.names if self.stage[name] == "R"]
-        if self.negotiates and room:
-            _Room(self, room, t).negotiate()
-        for name in room if not self.negotiates else ():
-            fallback = self.decide(name, t, "plan")
-            interrupted += [r for r in self.send_messages(name, t) if self.stage[r] in ("W", "X")]
-            self.commit(name, t, fallback)
-        for name in dict.fromkeys(interrupted):
-            self.enter(name, "I", t)
-            fallback = self.decide(name, t, "interrupt")
-            if self.rng.random() < 0.5:
-                self.plan_event(name, t, "resumed")
-                self.enter(name, "W", t)
-            else:
-                self.plan_event(name, t, "replaced")
-                self.commit(name, t, fallback)
-        for name in self.names:
-            if self.stage[name] == "W":
-                self.enter(name, "X", t)
-
-    def end_plans(self, t: int, plan_end_rate: float) -> None:
-        """Each executing plan ends with probability ``plan_end_rate``, succeeded or failed."""
-        rng = self.rng
-        for name in self.names:
-            if self.stage[name] == "X" and rng.random() < plan_end_rate:
-                if rng.random() < 0.6:
-                    self.plan_event(name, t, "succeeded")
-                else:
-                    self.plan_event(name, t, "failed", reason=str(rng.choice(FAILURE_REASONS)))
-                self.plan[name] = None
-                self.enter(name, "R", t)
-
-    def close(self, t: int) -> None:
-        for name in self.names:
-            if self.plan[name] is not None:
-                self.plan_event(name, t, "unfinished")
-
 
 class _Room:
     """One negotiation room of the agents in R (LLM.md section 3.1): proposals, commitments,
@@ -301,6 +260,50 @@ class _Room:
             team.commit(name, t, fallback, f"push_block(block#{block})", team.push_actions(block, face))
         else:
             team.commit(name, t, fallback, f"quorum_wait(block#{block})", [f"wait_agents({self.weights[block]}, 3)"])
+
+
+def _deliberate(team: _Team, t: int) -> None:
+    """The cognitive phase before step ``t``: those reasoning decide (and may talk, or meet
+    in a room); messages interrupt the busy; then every waiting agent executes."""
+    interrupted: List[str] = []
+    room = [name for name in team.names if team.stage[name] == "R"]
+    if team.negotiates and room:
+        _Room(team, room, t).negotiate()
+    for name in room if not team.negotiates else ():
+        fallback = team.decide(name, t, "plan")
+        interrupted += [r for r in team.send_messages(name, t) if team.stage[r] in ("W", "X")]
+        team.commit(name, t, fallback)
+    for name in dict.fromkeys(interrupted):
+        team.enter(name, "I", t)
+        fallback = team.decide(name, t, "interrupt")
+        if team.rng.random() < 0.5:
+            team.plan_event(name, t, "resumed")
+            team.enter(name, "W", t)
+        else:
+            team.plan_event(name, t, "replaced")
+            team.commit(name, t, fallback)
+    for name in team.names:
+        if team.stage[name] == "W":
+            team.enter(name, "X", t)
+
+
+def _end_plans(team: _Team, t: int, plan_end_rate: float) -> None:
+    """Each executing plan ends with probability ``plan_end_rate``, succeeded or failed."""
+    rng = team.rng
+    for name in team.names:
+        if team.stage[name] == "X" and rng.random() < plan_end_rate:
+            if rng.random() < 0.6:
+                team.plan_event(name, t, "succeeded")
+            else:
+                team.plan_event(name, t, "failed", reason=str(rng.choice(FAILURE_REASONS)))
+            team.plan[name] = None
+            team.enter(name, "R", t)
+
+
+def _close_plans(team: _Team, t: int) -> None:
+    for name in team.names:
+        if team.plan[name] is not None:
+            team.plan_event(name, t, "unfinished")
 
 
 class _TraceBuilder:
