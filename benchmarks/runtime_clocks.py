@@ -39,6 +39,7 @@ from cube_jax.agents import heuristic_team  # noqa: E402
 from cube_jax.evaluation import Episode, Limits, TraceWriter  # noqa: E402
 from cube_jax.llm import ModelClient  # noqa: E402
 from cube_jax.llm.agent import LLMAgent  # noqa: E402
+from cube_jax.names import agent_name  # noqa: E402
 
 from bench_common import markdown_table  # noqa: E402
 from tests.fake_openai import FakeOpenAI, closed_port_url  # noqa: E402
@@ -136,7 +137,7 @@ def bench_fairness(n: int, steps: int) -> dict:
         result, records, _ = play(env, [LLMAgent(client) for _ in range(n)], topology="decentralized",
                                   limits=Limits(max_steps=steps))
     entries = collections.Counter(r["agent"] for r in records if r["type"] == "stage" and r["stage"] == "I")
-    counts = [entries[f"agent_{i}"] for i in range(n)]
+    counts = [entries[agent_name(i)] for i in range(n)]
     calls = sum(r["type"] == "llm" for r in records)
     spread = round(max(counts) / min(counts), 3) if min(counts) > 0 else None  # None: someone never entered I
     return {"n": n, "steps": result.steps, "i_entries": counts, "i_entries_max_over_min": spread, "calls": calls,

@@ -32,6 +32,7 @@ from cube_jax.agents import (Agent, BatchedPolicy, HeuristicAgent, HeuristicPoli
                              TeamBrain)
 from cube_jax.agents import policy_agents
 from cube_jax.core.env import CubeEnv
+from cube_jax.names import excerpt
 
 # The longest text value a team spec or file may give (a model name, a path, a URL).
 MAX_VALUE_CHARS = 1000
@@ -230,8 +231,7 @@ def checkpoint_policy(env: CubeEnv, member: Member) -> BatchedPolicy:
 
 
 def _one_line(err: BaseException) -> str:
-    text = " ".join(str(err).split())
-    return text if len(text) <= 400 else text[:397] + "..."
+    return excerpt(" ".join(str(err).split()), 400, fit=True)
 
 
 def _policy_agents_of(batched: Batched) -> Build:

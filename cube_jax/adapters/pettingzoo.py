@@ -60,6 +60,7 @@ from cube_jax.adapters.render import render_rgb, render_text
 from cube_jax.core.env import make
 from cube_jax.core.observations import grid_bounds, grid_observation
 from cube_jax.core.types import NUM_ACTIONS, State, TimeStep
+from cube_jax.names import agent_name, is_action
 from cube_jax.symbolic.actions import ACTION_SPECS, DIRECTIONS, FACES, PlanError
 from cube_jax.symbolic.executor import DONE, FAILED, PlanExecutor
 
@@ -85,10 +86,6 @@ def _pack_step_result(ts: TimeStep, t: jax.Array) -> jax.Array:
     scalars = jnp.stack([ts.terminated, ts.truncated, events.delivered_weight, t]).astype(jnp.float32)
     parts = [ts.observation.reshape(-1), ts.reward, events.engaged, events.agent_moved, events.block_delivered]
     return jnp.concatenate([part.astype(jnp.float32) for part in parts] + [scalars])
-
-
-def agent_name(i: int) -> str:
-    return f"agent_{i}"
 
 
 class PlanActionSpace(gymnasium.spaces.Space):
@@ -132,7 +129,7 @@ class PlanActionSpace(gymnasium.spaces.Space):
         if isinstance(x, (bool, np.bool_)):
             return False
         if isinstance(x, (int, np.integer)):
-            return 0 <= int(x) < NUM_ACTIONS
+            return is_action(int(x))
         return x is None or isinstance(x, (str, list, dict))
 
     def __repr__(self) -> str:

@@ -36,26 +36,8 @@ import jax
 import numpy as np
 
 from cube_jax.core.types import State
+from cube_jax.names import Purpose, Stage, agent_name
 from cube_jax.symbolic.actions import PlanError, SymbolicAction, plan_to_text
-
-
-class Stage(str, enum.Enum):
-    """MAEIL stages (LLM.md section 2)."""
-
-    REASONING = "R"
-    WAITING = "W"
-    EXECUTING = "X"
-    INTERRUPTED = "I"
-
-
-class Purpose(str, enum.Enum):
-    """Why an agent is asked for a decision; the ``purpose`` of trace ``llm`` records."""
-
-    PLAN = "plan"  # in R: commit a plan (and maybe send messages)
-    INTERRUPT = "interrupt"  # in I: resume or replan after a message
-    MESSAGE = "message"  # a message-only turn (a centralized leader's directive)
-    PROPOSAL = "proposal"  # negotiation: propose one task (a live block id, or none)
-    COMMITMENT = "commitment"  # negotiation: commit to one block (or none)
 
 
 class Reason(str, enum.Enum):
@@ -357,7 +339,7 @@ def fallback_plan(agent: int) -> Plan:
     """What agent ``agent`` falls back to when it has no valid plan: ``idle(1)`` with the spec
     ``fallback(agent_k)``, unique to the agent, so that agents idling on fallbacks never
     count as sharing an intent (LLM.md section 4)."""
-    return idle_plan(1, spec=f"fallback(agent_{agent})")
+    return idle_plan(1, spec=f"fallback({agent_name(agent)})")
 
 
 __all__ = [

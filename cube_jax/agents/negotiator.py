@@ -17,6 +17,7 @@ from typing import List, Optional
 
 from cube_jax.agents.base import Agent, Decision, DecisionContext, NegotiationView, Plan, Purpose
 from cube_jax.agents.planners import blocks_by_priority, deliver_plan, lane_blockers, rendezvous_timeout
+from cube_jax.names import agent_name
 from cube_jax.symbolic.actions import make_action
 
 
@@ -38,7 +39,7 @@ class NegotiatorAgent(Agent):
         target = negotiation.allocation if negotiation is not None and negotiation.allocation is not None else (
             order[0] if order else None)
         if target is None:
-            return Decision(plan=Plan(f"no_task(agent_{ctx.agent})", (make_action("idle", 1),)))
+            return Decision(plan=Plan(f"no_task({agent_name(ctx.agent)})", (make_action("idle", 1),)))
         plan = deliver_plan(world, target, rendezvous_timeout(world.grid_size))
         return Decision(plan=Plan(f"push_block(block#{target})", tuple(plan)))
 

@@ -33,16 +33,30 @@ agent or to it.
 from __future__ import annotations
 
 import re
-from typing import Any, Dict, Iterable, List, Optional, Sequence
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Union
+
+import msgspec
+
+from cube_jax.names import FACE_NAMES
+from cube_jax.trace import RECORD_TYPES, record_views
 
 CONSTRAINTS = ("spatial", "temporal", "participation", "none", "no_task")
 INTERRUPTED = ("failed", "replaced")
 # The symbolic actions whose first argument is a block (cube paper, Table 1).
 BLOCK_ACTIONS = ("move_to_block", "rendezvous", "push_block", "yield_block")
 _SPEC_BLOCK = re.compile(r"block#(\d+)")
-_ACTION = re.compile(r"^\s*(\w+)\s*\(\s*(\d+)?\s*(?:,\s*(up|down|left|right))?")
+_ACTION = re.compile(rf"^\s*(\w+)\s*\(\s*(\d+)?\s*(?:,\s*({'|'.join(FACE_NAMES)}))?")
 # What the table and metrics.json quote of a message, at most.
 MESSAGE_EXCERPT = 160
+
+# The keys read of each record type; records need no clock readings (hand-written ones too).
+_KEYS = {kind: () for kind in RECORD_TYPES} | {
+    "plan": ("agent", "plan_id", "spec", "actions", "event", "reason"),
+    "message": ("sender", "recipients", "content"),
+    "step": ("tasks",),
+}
+_VIEWS = record_views(_KEYS, prefix="Attribution", wall=False)
+_Record = Union[tuple(_VIEWS.values())]
 
 
 def _task(spec: str, actions: Sequence[str]):
@@ -61,20 +75,20 @@ def _task(spec: str, actions: Sequence[str]):
     return block, face or "left"
 
 
-def _constraint(steps: Sequence[dict], block: Optional[int], face: str) -> str:
+def _constraint(steps: Sequence[Any], block: Optional[int], face: str) -> str:
     if block is None:
         return "no_task"
     key = f"{block}:{face}"
-    counts = [s.get("tasks", {}).get(key) for s in steps]
+    counts = [s.tasks.get(key) for s in steps]
     counts = [c for c in counts if c]
-    required = next((c["required"] for c in counts), None)
+    required = next((c.required for c in counts), None)
     if not counts:
         return "spatial"  # nobody ever stood at the face
-    if max(c["spatial"] for c in counts) < required:
+    if max(c.spatial for c in counts) < required:
         return "spatial"
-    if max(c["participation"] for c in counts) < required:
+    if max(c.participation for c in counts) < required:
         return "participation"
-    if max(c["joint"] for c in counts) < required:
+    if max(c.joint for c in counts) < required:
         return "temporal"
     return "none"
 
@@ -84,29 +98,27 @@ def plan_failures(records: Iterable[dict]) -> List[Dict[str, Any]]:
     ``agent``, ``plan_id``, ``spec``, ``event``, ``reason``, ``t_start``, ``t_end``, ``block``,
     ``face``, ``constraint`` (one of :data:`CONSTRAINTS`) and the window's ``messages``
     (``t``, ``sender``, ``recipients``, ``content``, cut to 160 characters)."""
-    records = list(records)
+    records = msgspec.convert(list(records), List[_Record])
     plans: Dict[tuple, dict] = {}
     for r in records:
-        if r.get("type") != "plan":
+        if type(r) is not _VIEWS["plan"]:
             continue
-        key = (r["agent"], r["plan_id"])
-        entry = plans.setdefault(key, {"agent": r["agent"], "plan_id": r["plan_id"], "spec": r["spec"],
-                                       "actions": r.get("actions", []), "t_start": r["t"]})
-        entry.update(event=r["event"], t_end=r["t"], reason=r.get("reason"))
-        if r["event"] in ("committed", "resumed") and r.get("actions"):
-            entry["actions"] = r["actions"]
-    steps = [r for r in records if r.get("type") == "step"]
-    messages = [r for r in records if r.get("type") == "message"]
+        entry = plans.setdefault((r.agent, r.plan_id), {"agent": r.agent, "plan_id": r.plan_id, "spec": r.spec,
+                                                        "actions": r.actions, "t_start": r.t})
+        entry.update(event=r.event, t_end=r.t, reason=r.reason)
+        if r.event in ("committed", "resumed") and r.actions:
+            entry["actions"] = r.actions
+    steps = [r for r in records if type(r) is _VIEWS["step"]]
+    messages = [r for r in records if type(r) is _VIEWS["message"]]
     out = []
     for entry in plans.values():
         if entry["event"] not in INTERRUPTED:
             continue
         block, face = _task(entry["spec"], entry["actions"])
-        window = [s for s in steps if entry["t_start"] <= s["t"] < max(entry["t_end"], entry["t_start"] + 1)]
-        said = [{"t": m["t"], "sender": m["sender"], "recipients": list(m["recipients"]),
-                 "content": m["content"][:MESSAGE_EXCERPT]}
-                for m in messages if entry["t_start"] <= m["t"] <= entry["t_end"]
-                and (m["sender"] == entry["agent"] or entry["agent"] in m["recipients"])]
+        window = [s for s in steps if entry["t_start"] <= s.t < max(entry["t_end"], entry["t_start"] + 1)]
+        said = [{"t": m.t, "sender": m.sender, "recipients": list(m.recipients), "content": m.content[:MESSAGE_EXCERPT]}
+                for m in messages if entry["t_start"] <= m.t <= entry["t_end"]
+                and (m.sender == entry["agent"] or entry["agent"] in m.recipients)]
         out.append({"agent": entry["agent"], "plan_id": entry["plan_id"], "spec": entry["spec"], "event": entry["event"],
                     "reason": entry["reason"], "t_start": entry["t_start"], "t_end": entry["t_end"], "block": block,
                     "face": face, "constraint": _constraint(window, block, face), "messages": said})

@@ -67,7 +67,9 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 import numpy as np
 
 from cube_jax.analytics.intervals import CONFIDENCE, RESAMPLES, bootstrap_ci
-from cube_jax.analytics.traces import METRIC_VIEWS, MetricRecord, RecordError, decode_records
+from cube_jax.analytics.traces import METRIC_VIEWS, MetricRecord, RecordError, decode_records, from_dicts
+from cube_jax.core.types import ACTION_DELTAS
+from cube_jax.names import STAY, action_or_stay, agent_order
 
 _EPISODE, _STEP = METRIC_VIEWS["episode"], METRIC_VIEWS["step"]
 
@@ -106,9 +108,6 @@ def workload_balance(work: Sequence[float], optimal: Optional[Sequence[float]] =
 
 
 # --- pushes from the records -------------------------------------------------------------------
-
-
-_DELTAS = {1: (-1, 0), 2: (1, 0), 3: (0, -1), 4: (0, 1)}  # UP, DOWN, LEFT, RIGHT (ACTION_DELTAS)
 
 
 class _Blocks:
@@ -159,11 +158,11 @@ def step_pushes(agents: Sequence[Sequence[int]], blocks: Sequence[Sequence[Any]]
     occupied = set(cells)
     pushed = []
     for (r, c), action in zip(cells, actions):
-        delta = _DELTAS.get(action)
-        if delta is None:  # STAY (and anything outside 1..4, which the core treats as STAY)
+        action = action_or_stay(action)
+        if action == STAY:
             pushed.append(-1)
             continue
-        dr, dc = delta
+        dr, dc = ACTION_DELTAS[action]
         r, c = r + dr, c + dc
         while (r, c) in occupied:
             r, c = r + dr, c + dc
@@ -172,23 +171,13 @@ def step_pushes(agents: Sequence[Sequence[int]], blocks: Sequence[Sequence[Any]]
 
 
 def _names(agents: Mapping[str, Any]) -> List[str]:
-    def order(name: str):
-        suffix = name.rpartition("_")[2]
-        return (0, int(suffix), name) if suffix.isdigit() else (1, 0, name)
-
-    return sorted(agents, key=order)
+    return sorted(agents, key=agent_order)
 
 
 def episode_pushes(records: Sequence[Mapping[str, Any]]) -> Tuple[List[str], List[str], List[int]]:
     """(agent names in id order, their kinds, steps at which each pushed) for one episode's
     records (dicts as :func:`~cube_jax.trace.read_trace` gives them)."""
-    if not records or records[0].get("type") != "episode":
-        raise RecordError(1, "type", "the first record must be 'episode'")
-    header = records[0]
-    kinds = {name: (info or {}).get("kind") for name, info in header["agents"].items()}
-    steps = ((line, r.get("actions"), r.get("agents", []), r.get("blocks", []))
-             for line, r in enumerate(records, start=1) if r.get("type") == "step")
-    return _count_pushes(kinds, header.get("layout") or {}, steps)
+    return record_pushes(from_dicts(records))
 
 
 def record_pushes(records: Sequence[MetricRecord]) -> Tuple[List[str], List[str], List[int]]:
@@ -198,18 +187,17 @@ def record_pushes(records: Sequence[MetricRecord]) -> Tuple[List[str], List[str]
         raise RecordError(1, "type", "the first record must be 'episode'")
     header = records[0]
     kinds = {name: info.kind for name, info in header.agents.items()}
-    layout = {"agents": header.layout.agents, "blocks": header.layout.blocks}
     steps = ((line, r.actions, r.agents, r.blocks)
              for line, r in enumerate(records, start=1) if type(r) is _STEP)
-    return _count_pushes(kinds, layout, steps)
+    return _count_pushes(kinds, header.layout, steps)
 
 
-def _count_pushes(kinds_of: Mapping[str, str], layout: Mapping[str, Any], steps) -> Tuple[List[str], List[str], List[int]]:
-    """Counts pushes over ``steps``: ``(line, actions by name, agents after, blocks after)``;
-    ``kinds_of`` maps each agent's name to its kind."""
+def _count_pushes(kinds_of: Mapping[str, str], layout, steps) -> Tuple[List[str], List[str], List[int]]:
+    """Counts pushes over ``steps``: ``(line, actions by name, agents after, blocks after)``,
+    from the ``layout`` of the episode record; ``kinds_of`` maps each agent's name to its kind."""
     names = _names(kinds_of)
     kinds = [str(kinds_of[name]) for name in names]
-    agents, blocks = layout.get("agents", []), layout.get("blocks", [])
+    agents, blocks = layout.agents, layout.blocks
     counts = [0] * len(names)
     cache = _Blocks()
     source = 1  # the line the positions before the next step come from

@@ -40,6 +40,7 @@ from typing import Dict, List, Sequence, Union
 import numpy as np
 
 from cube_jax.analytics.traces import METRIC_VIEWS, MetricRecord, RecordError, check_order, from_dicts
+from cube_jax.names import Stage
 from cube_jax.trace import TaskCounts
 
 _STEP, _STAGE, _PLAN = METRIC_VIEWS["step"], METRIC_VIEWS["stage"], METRIC_VIEWS["plan"]
@@ -102,7 +103,7 @@ RATIO_METRICS = ("success", "P_res_rate", "P_re_rate", "P_coherence", "C_spatial
                  "commit_match_rate")
 
 DECIDING = frozenset(("R", "I"))
-DECISION_STAGES = frozenset(("R", "W", "I"))  # the stage records D_delta counts
+DECISION_STAGES = frozenset((Stage.REASONING.value, Stage.WAITING.value, Stage.INTERRUPTED.value))  # what D_delta counts
 # The task counts whose rises and falls the constraint ratios follow; CUBE has no
 # dependencies between tasks, so their ratio is the neutral 0.5.
 CONSTRAINT_COUNTS = ("spatial", "temporal", "participation")

@@ -31,7 +31,8 @@ from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
-from cube_jax.trace import FACE_NAMES, SCHEMA_VERSION, TraceWriter, agent_name
+from cube_jax.names import FACE_NAMES, agent_name
+from cube_jax.trace import SCHEMA_VERSION, TraceWriter
 
 FAILURE_REASONS = ("blocked by an agent", "block out of reach", "timeout")
 
@@ -63,174 +64,246 @@ def random_trace(
     names = [agent_name(i) for i in range(n)]
     if weights is None:
         weights = [int(w) for w in rng.integers(1, n + 1, size=n // 2 + 1)]
-    weights = [int(w) for w in weights]
-    planner = kind in ("heuristic", "team")
-    negotiates = topology == "negotiation" and not planner
-    talks = topology not in ("individual", "negotiation") and not planner
-    model = "synthetic" if kind == "llm" else None
     trace = _TraceBuilder()
-    grid = max(8, 2 * n + 4)
-    agent_cells = [[int(rng.integers(grid)), int(rng.integers(1, grid))] for _ in names]
-    blocks = [[int(rng.integers(grid - 1)), int(rng.integers(1, grid - 2)), w, True] for w in weights]
+    world = _World(rng, n, [int(w) for w in weights])
+    team = _Team(rng, trace, world, names, kind, topology, message_rate)
     trace.emit("episode", 0, schema=SCHEMA_VERSION, env=dict(env or {"n": n}), seed=int(seed), topology=topology,
-               agents={name: {"kind": kind, "model": model} for name in names},
-               layout={"t": 0, "agents": [list(a) for a in agent_cells], "blocks": [list(b) for b in blocks]})
+               agents={name: {"kind": kind, "model": team.model} for name in names}, layout=world.layout())
+    world.schedule(steps, deliver_fraction)
+    for name in names:
+        team.enter(name, "R", 0)
+    t = 0
+    while t < steps and world.any_alive():
+        _deliberate(team, t)
+        trace.advance(1e-3)
+        trace.emit("step", t, **world.step(t, names, team.plan))
+        t += 1
+        _end_plans(team, t, plan_end_rate)
+    _close_plans(team, t)
+    trace.advance(1e-3)
+    trace.emit("end", t, **world.outcome(t))
+    return trace.records
 
-    horizon = max(1, int(steps / max(deliver_fraction, 1e-9)))
-    deliver_at = {b: int(rng.integers(horizon)) for b in range(len(weights))}
-    faces = _FaceCounts(rng, n, weights)
-    stage = {}
-    plan: Dict[str, Optional[dict]] = {name: None for name in names}
-    plan_ids = iter(range(10**9))
-    message_ids = iter(range(10**9))
 
-    def enter(name: str, new_stage: str, t: int) -> None:
-        stage[name] = new_stage
-        trace.emit("stage", t, agent=name, stage=new_stage)
+class _World:
+    """The random environment: the blocks, when each is delivered, the agents' cells (a
+    random walk that obeys no physics) and the faces' counts."""
 
-    def decide(name: str, t: int, purpose: str) -> bool:
+    def __init__(self, rng: np.random.Generator, n: int, weights: List[int]):
+        self.rng, self.weights = rng, weights
+        self.grid = grid = max(8, 2 * n + 4)
+        self.agent_cells = [[int(rng.integers(grid)), int(rng.integers(1, grid))] for _ in range(n)]
+        self.blocks = [[int(rng.integers(grid - 1)), int(rng.integers(1, grid - 2)), w, True] for w in weights]
+
+    def layout(self) -> dict:
+        return {"t": 0, "agents": [list(a) for a in self.agent_cells], "blocks": [list(b) for b in self.blocks]}
+
+    def schedule(self, steps: int, deliver_fraction: float) -> None:
+        """Draws when each block is delivered: about ``deliver_fraction`` of them within ``steps``."""
+        horizon = max(1, int(steps / max(deliver_fraction, 1e-9)))
+        self.deliver_at = {b: int(self.rng.integers(horizon)) for b in range(len(self.weights))}
+        self.faces = _FaceCounts(self.rng, len(self.agent_cells), self.weights)
+
+    def alive(self) -> List[int]:
+        return [b for b, block in enumerate(self.blocks) if block[3]]
+
+    def any_alive(self) -> bool:
+        return any(block[3] for block in self.blocks)
+
+    def step(self, t: int, names: List[str], plan: Dict[str, Optional[dict]]) -> dict:
+        """The fields of the ``step`` record from ``t``: deliveries, face counts, random moves."""
+        rng = self.rng
+        delivered = [b for b in self.alive() if self.deliver_at[b] <= t]
+        tasks = self.faces.step(self.blocks)
+        for b in delivered:
+            self.blocks[b][3] = False
+        for cell in self.agent_cells:
+            cell[0] = int(np.clip(cell[0] + rng.integers(-1, 2), 0, self.grid - 1))
+        return dict(actions={name: int(rng.integers(5)) for name in names},
+                    symbolic={name: plan[name]["actions"][-1] if plan[name] else None for name in names},
+                    reward=[round(float(rng.normal(-0.01, 0.05)), 4) for _ in names],
+                    agents=[list(a) for a in self.agent_cells], blocks=[list(b) for b in self.blocks],
+                    delivered=delivered, tasks=tasks)
+
+    def outcome(self, t: int) -> dict:
+        """The ``end`` record's fields after ``t`` steps."""
+        delivered = [b for b, block in enumerate(self.blocks) if not block[3]]
+        terminated = len(delivered) == len(self.blocks)
+        return dict(terminated=terminated, truncated=not terminated,
+                    reason="all blocks delivered" if terminated else "max_steps", steps=t,
+                    blocks_delivered=len(delivered), blocks_total=len(self.blocks),
+                    weight_delivered=sum(self.weights[b] for b in delivered), weight_total=sum(self.weights))
+
+
+class _Team:
+    """The agents' side: stages, plans, model calls and messages, drawn at random."""
+
+    def __init__(self, rng: np.random.Generator, trace: "_TraceBuilder", world: _World, names: List[str], kind: str,
+                 topology: str, message_rate: float):
+        self.rng, self.trace, self.world, self.names, self.kind = rng, trace, world, names, kind
+        planner = kind in ("heuristic", "team")
+        self.negotiates = topology == "negotiation" and not planner
+        self.talks = topology not in ("individual", "negotiation") and not planner
+        self.message_rate = message_rate
+        self.model = "synthetic" if kind == "llm" else None
+        self.stage: Dict[str, str] = {}
+        self.plan: Dict[str, Optional[dict]] = {name: None for name in names}
+        self.plan_ids = iter(range(10**9))
+        self.message_ids = iter(range(10**9))
+
+    def enter(self, name: str, new_stage: str, t: int) -> None:
+        self.stage[name] = new_stage
+        self.trace.emit("stage", t, agent=name, stage=new_stage)
+
+    def decide(self, name: str, t: int, purpose: str) -> bool:
         """Leaves the decision's ``llm`` record; whether the agent fell back."""
-        if kind == "llm":
-            latency = float(rng.gamma(2.0, 0.6))
-            trace.advance(latency)
-            valid = bool(rng.random() > 0.1)
-            fallback = not valid and bool(rng.random() < 0.5)
-            trace.emit("llm", t, agent=name, purpose=purpose, model=model, attempts=int(1 + (rng.random() < 0.05)),
-                       latency_s=round(latency, 4), prompt_tokens=int(rng.integers(800, 3000)),
-                       completion_tokens=int(rng.integers(50, 400)), valid=valid, fallback=fallback)
-            return fallback
-        trace.advance(1e-4)
-        return False
+        rng = self.rng
+        if self.kind != "llm":
+            self.trace.advance(1e-4)
+            return False
+        latency = float(rng.gamma(2.0, 0.6))
+        self.trace.advance(latency)
+        valid = bool(rng.random() > 0.1)
+        fallback = not valid and bool(rng.random() < 0.5)
+        self.trace.emit("llm", t, agent=name, purpose=purpose, model=self.model,
+                        attempts=int(1 + (rng.random() < 0.05)), latency_s=round(latency, 4),
+                        prompt_tokens=int(rng.integers(800, 3000)), completion_tokens=int(rng.integers(50, 400)),
+                        valid=valid, fallback=fallback)
+        return fallback
 
-    def commit(name: str, t: int, fallback: bool = False, spec: Optional[str] = None,
+    def commit(self, name: str, t: int, fallback: bool = False, spec: Optional[str] = None,
                actions: Optional[List[str]] = None) -> None:
-        alive = [b for b, block in enumerate(blocks) if block[3]] or [0]
-        target = int(rng.choice(alive))
-        face = FACE_NAMES[int(rng.integers(4))]
-        pid = next(plan_ids)
+        """Commits a plan (by default a push of a random live block) and waits (W)."""
+        target = int(self.rng.choice(self.world.alive() or [0]))
+        face = FACE_NAMES[int(self.rng.integers(4))]
+        pid = next(self.plan_ids)
         if spec is None:
-            spec = f"push_block(block#{target})"
-            actions = [f"move_to_block({target}, {face})", f"push_block({target}, {face}, {int(rng.integers(1, 6))})"]
+            spec, actions = f"push_block(block#{target})", self.push_actions(target, face)
         extra = {}
         if fallback:
             spec, actions, extra = f"fallback({name})", ["idle(1)"], {"fallback": True}
-        plan[name] = {"plan_id": pid, "spec": spec, "actions": actions}
-        trace.emit("plan", t, agent=name, event="committed", **plan[name], **extra)
-        enter(name, "W", t)
+        self.plan[name] = {"plan_id": pid, "spec": spec, "actions": actions}
+        self.trace.emit("plan", t, agent=name, event="committed", **self.plan[name], **extra)
+        self.enter(name, "W", t)
 
-    def plan_event(name: str, t: int, event: str, **extra) -> None:
-        trace.emit("plan", t, agent=name, event=event, **plan[name], **extra)
+    def push_actions(self, block: int, face: str) -> List[str]:
+        return [f"move_to_block({block}, {face})", f"push_block({block}, {face}, {int(self.rng.integers(1, 6))})"]
 
-    def send_messages(name: str, t: int) -> List[str]:
-        if not talks or n < 2 or rng.random() >= message_rate:
+    def plan_event(self, name: str, t: int, event: str, **extra) -> None:
+        self.trace.emit("plan", t, agent=name, event=event, **self.plan[name], **extra)
+
+    def send_messages(self, name: str, t: int) -> List[str]:
+        """Maybe a message to some teammates; the recipients."""
+        rng, names = self.rng, self.names
+        if not self.talks or len(names) < 2 or rng.random() >= self.message_rate:
             return []
         others = [other for other in names if other != name]
         count = int(rng.integers(1, len(others) + 1))
         recipients = sorted(rng.choice(others, size=count, replace=False).tolist(), key=names.index)
-        trace.advance(1e-3)
-        trace.emit("message", t, id=next(message_ids), sender=name, recipients=recipients,
-                   content=f"{name} takes block {int(rng.integers(len(blocks)))}")
+        self.trace.advance(1e-3)
+        self.trace.emit("message", t, id=next(self.message_ids), sender=name, recipients=recipients,
+                        content=f"{name} takes block {int(rng.integers(len(self.world.blocks)))}")
         return recipients
 
-    def choose(name: str, t: int, purpose: str, room: List[str], choices: Dict[str, Optional[int]]) -> None:
-        """One round of a room: the member's call, its choice and its message to the room."""
-        decide(name, t, purpose)
-        alive = [b for b, block in enumerate(blocks) if block[3]]
+
+class _Room:
+    """One negotiation room of the agents in R (LLM.md section 3.1): proposals, commitments,
+    quorum, then the members' plans."""
+
+    def __init__(self, team: _Team, room: List[str], t: int):
+        self.team, self.room, self.t = team, room, t
+        self.rng, self.weights = team.rng, team.world.weights
+
+    def negotiate(self) -> None:
+        team, t = self.team, self.t
+        proposals: Dict[str, Optional[int]] = {}
+        for name in self.room:
+            self.choose(name, "proposal", proposals)
+        commitments = dict(proposals)
+        for name in self.room:
+            self.choose(name, "commitment", commitments)
+        committed = sorted({b for b in commitments.values() if b is not None})
+        executing = Counter(team.plan[a]["spec"] for a in team.names
+                            if a not in self.room and team.stage[a] == "X" and team.plan[a])
+        final = {b for b in committed if sum(c == b for c in commitments.values())
+                 + executing[f"push_block(block#{b})"] >= self.weights[b]}
+        proposed = {b for b in proposals.values() if b is not None}
+        team.trace.emit("negotiation", t, room=list(self.room), proposals=proposals, commitments=commitments,
+                        team_sizes={str(b): self.weights[b] for b in sorted(proposed)},
+                        allocation={a: b for a, b in commitments.items() if b in final},
+                        quorum_failed=[b for b in committed if b not in final])
+        for name in self.room:
+            self.commit(name, commitments[name], final)
+
+    def choose(self, name: str, purpose: str, choices: Dict[str, Optional[int]]) -> None:
+        """One round of the room: the member's call, its choice and its message to the room."""
+        rng, team = self.rng, self.team
+        team.decide(name, self.t, purpose)
+        alive = team.world.alive()
         block = int(rng.choice(alive)) if alive and rng.random() < 0.9 else None
         if purpose == "commitment" and choices.get(name) is not None and rng.random() < 0.7:
             block = choices[name]  # most members keep their proposal
-        trace.advance(1e-3)
-        trace.emit("message", t, id=next(message_ids), sender=name, recipients=[m for m in room if m != name],
-                   content=f"{purpose}: {'none' if block is None else f'block {block}'}", kind=purpose)
+        team.trace.advance(1e-3)
+        team.trace.emit("message", self.t, id=next(team.message_ids), sender=name,
+                        recipients=[m for m in self.room if m != name],
+                        content=f"{purpose}: {'none' if block is None else f'block {block}'}", kind=purpose)
         choices[name] = block
 
-    def negotiate(room: List[str], t: int) -> None:
-        """A room of the agents in R: proposals, commitments, quorum, then the members' plans."""
-        proposals: Dict[str, Optional[int]] = {}
-        for name in room:
-            choose(name, t, "proposal", room, proposals)
-        commitments = dict(proposals)
-        for name in room:
-            choose(name, t, "commitment", room, commitments)
-        committed = sorted({b for b in commitments.values() if b is not None})
-        executing = Counter(plan[a]["spec"] for a in names if a not in room and stage[a] == "X" and plan[a])
-        final = {b for b in committed if sum(c == b for c in commitments.values())
-                 + executing[f"push_block(block#{b})"] >= weights[b]}
-        proposed = {b for b in proposals.values() if b is not None}
-        trace.emit("negotiation", t, room=list(room), proposals=proposals, commitments=commitments,
-                   team_sizes={str(b): weights[b] for b in sorted(proposed)},
-                   allocation={a: b for a, b in commitments.items() if b in final},
-                   quorum_failed=[b for b in committed if b not in final])
-        for name in room:
-            fallback = decide(name, t, "plan") if commitments[name] in final else False
-            block = commitments[name]
-            if block is None:
-                commit(name, t, fallback, "idle", ["idle(1)"])
-            elif block in final:
-                face = FACE_NAMES[int(rng.integers(4))]
-                commit(name, t, fallback, f"push_block(block#{block})",
-                       [f"move_to_block({block}, {face})", f"push_block({block}, {face}, {int(rng.integers(1, 6))})"])
-            else:
-                commit(name, t, fallback, f"quorum_wait(block#{block})", [f"wait_agents({weights[block]}, 3)"])
+    def commit(self, name: str, block: Optional[int], final: set) -> None:
+        """The member's plan: push its allocated block, wait for a quorum, or idle."""
+        team, t = self.team, self.t
+        fallback = team.decide(name, t, "plan") if block in final else False
+        if block is None:
+            team.commit(name, t, fallback, "idle", ["idle(1)"])
+        elif block in final:
+            face = FACE_NAMES[int(self.rng.integers(4))]
+            team.commit(name, t, fallback, f"push_block(block#{block})", team.push_actions(block, face))
+        else:
+            team.commit(name, t, fallback, f"quorum_wait(block#{block})", [f"wait_agents({self.weights[block]}, 3)"])
 
-    for name in names:
-        enter(name, "R", 0)
-    t = 0
-    while t < steps and any(block[3] for block in blocks):
-        # cognitive phase: those reasoning decide (and may talk); messages interrupt the busy
-        interrupted: List[str] = []
-        room = [name for name in names if stage[name] == "R"]
-        if negotiates and room:
-            negotiate(room, t)
-        for name in room if not negotiates else ():
-            fallback = decide(name, t, "plan")
-            interrupted += [r for r in send_messages(name, t) if stage[r] in ("W", "X")]
-            commit(name, t, fallback)
-        for name in dict.fromkeys(interrupted):
-            enter(name, "I", t)
-            fallback = decide(name, t, "interrupt")
-            if rng.random() < 0.5:
-                plan_event(name, t, "resumed")
-                enter(name, "W", t)
+
+def _deliberate(team: _Team, t: int) -> None:
+    """The cognitive phase before step ``t``: those reasoning decide (and may talk, or meet
+    in a room); messages interrupt the busy; then every waiting agent executes."""
+    interrupted: List[str] = []
+    room = [name for name in team.names if team.stage[name] == "R"]
+    if team.negotiates and room:
+        _Room(team, room, t).negotiate()
+    for name in room if not team.negotiates else ():
+        fallback = team.decide(name, t, "plan")
+        interrupted += [r for r in team.send_messages(name, t) if team.stage[r] in ("W", "X")]
+        team.commit(name, t, fallback)
+    for name in dict.fromkeys(interrupted):
+        team.enter(name, "I", t)
+        fallback = team.decide(name, t, "interrupt")
+        if team.rng.random() < 0.5:
+            team.plan_event(name, t, "resumed")
+            team.enter(name, "W", t)
+        else:
+            team.plan_event(name, t, "replaced")
+            team.commit(name, t, fallback)
+    for name in team.names:
+        if team.stage[name] == "W":
+            team.enter(name, "X", t)
+
+
+def _end_plans(team: _Team, t: int, plan_end_rate: float) -> None:
+    """Each executing plan ends with probability ``plan_end_rate``, succeeded or failed."""
+    rng = team.rng
+    for name in team.names:
+        if team.stage[name] == "X" and rng.random() < plan_end_rate:
+            if rng.random() < 0.6:
+                team.plan_event(name, t, "succeeded")
             else:
-                plan_event(name, t, "replaced")
-                commit(name, t, fallback)
-        for name in names:
-            if stage[name] == "W":
-                enter(name, "X", t)
-        # primitive phase
-        trace.advance(1e-3)
-        delivered = [b for b, block in enumerate(blocks) if block[3] and deliver_at[b] <= t]
-        tasks = faces.step(blocks)
-        for b in delivered:
-            blocks[b][3] = False
-        for cell in agent_cells:
-            cell[0] = int(np.clip(cell[0] + rng.integers(-1, 2), 0, grid - 1))
-        trace.emit("step", t, actions={name: int(rng.integers(5)) for name in names},
-                   symbolic={name: plan[name]["actions"][-1] if plan[name] else None for name in names},
-                   reward=[round(float(rng.normal(-0.01, 0.05)), 4) for _ in names],
-                   agents=[list(a) for a in agent_cells], blocks=[list(b) for b in blocks],
-                   delivered=delivered, tasks=tasks)
-        t += 1
-        for name in names:
-            if stage[name] == "X" and rng.random() < plan_end_rate:
-                if rng.random() < 0.6:
-                    plan_event(name, t, "succeeded")
-                else:
-                    plan_event(name, t, "failed", reason=str(rng.choice(FAILURE_REASONS)))
-                plan[name] = None
-                enter(name, "R", t)
-    for name in names:
-        if plan[name] is not None:
-            plan_event(name, t, "unfinished")
-    delivered_ids = [b for b, block in enumerate(blocks) if not block[3]]
-    trace.advance(1e-3)
-    terminated = len(delivered_ids) == len(blocks)
-    trace.emit("end", t, terminated=terminated, truncated=not terminated,
-               reason="all blocks delivered" if terminated else "max_steps", steps=t,
-               blocks_delivered=len(delivered_ids), blocks_total=len(blocks),
-               weight_delivered=sum(weights[b] for b in delivered_ids), weight_total=sum(weights))
-    return trace.records
+                team.plan_event(name, t, "failed", reason=str(rng.choice(FAILURE_REASONS)))
+            team.plan[name] = None
+            team.enter(name, "R", t)
+
+
+def _close_plans(team: _Team, t: int) -> None:
+    for name in team.names:
+        if team.plan[name] is not None:
+            team.plan_event(name, t, "unfinished")
 
 
 class _TraceBuilder:

@@ -31,14 +31,17 @@ from __future__ import annotations
 import dataclasses
 from collections import Counter
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
+import msgspec
 import numpy as np
 
 from cube_jax.analytics.traces import agent_names, run_fields
+from cube_jax.names import ACTION_NAMES as _ACTIONS, FACE_NAMES, STAGES, Stage
+from cube_jax.trace import OUTCOME_KEYS, record_views
 
-STAGE_COLORS = {"R": "#4C72B0", "W": "#F2B701", "X": "#59A14F", "I": "#E15759"}
-STAGE_NAMES = {"R": "R reasoning", "W": "W waiting", "X": "X executing", "I": "I interrupted"}
+STAGE_COLORS = dict(zip(STAGES, ("#4C72B0", "#F2B701", "#59A14F", "#E15759")))
+STAGE_NAMES = {stage.value: f"{stage.value} {stage.name.lower()}" for stage in Stage}
 # plan event -> (marker, fill, legend)
 PLAN_MARKERS = {
     "committed": ("^", "white", "plan new"),
@@ -49,11 +52,36 @@ PLAN_MARKERS = {
     "unfinished": ("|", "#555555", "plan unfinished"),
 }
 ACTION_COLORS = ("#E0E0E0", "#8DD3C7", "#FB8072", "#80B1D3", "#FDB462")  # STAY UP DOWN LEFT RIGHT
-ACTION_NAMES = ("stay", "up", "down", "left", "right")
-FACE_ORDER = {"up": 0, "down": 1, "left": 2, "right": 3}
+ACTION_NAMES = tuple(name.lower() for name in _ACTIONS)
+FACE_ORDER = {face: i for i, face in enumerate(FACE_NAMES)}
 SPATIAL_COLOR, JOINT_COLOR, TEMPORAL_COLOR = "#A6CEE3", "#1F6E43", "#FF7F00"
 MESSAGE_COLOR = "#6A3D9A"
 ROOM_COLOR = "#8E44AD"
+
+# The keys the timeline reads of each record type (the rest is skipped while decoding).
+TIMELINE_KEYS = {
+    "episode": ("layout",),
+    "stage": ("agent", "stage"),
+    "plan": ("agent", "event"),
+    "message": ("sender", "recipients", "kind"),
+    "llm": (),
+    "step": ("actions", "tasks", "delivered"),
+    "negotiation": ("room", "allocation", "quorum_failed"),
+    "end": OUTCOME_KEYS,
+}
+VIEWS = record_views(TIMELINE_KEYS, prefix="Timeline")
+_Record = Union[tuple(VIEWS.values())]
+Episode, StageView, PlanView, MessageView, StepView, NegotiationView, End = (
+    VIEWS[kind] for kind in ("episode", "stage", "plan", "message", "step", "negotiation", "end"))
+
+
+def typed_records(records: Sequence[Any]) -> list:
+    """The timeline's views of ``records`` (dicts as :func:`~cube_jax.trace.read_trace`
+    gives them, or views already)."""
+    records = list(records)
+    if records and not isinstance(records[0], Mapping):
+        return records
+    return msgspec.convert(records, List[_Record])
 
 
 @dataclasses.dataclass
@@ -69,11 +97,12 @@ class TimelineAxis:
     end: float
 
 
-def timeline_axis(records: Sequence[dict], phase_width: float = 0.5) -> TimelineAxis:
+def timeline_axis(records: Sequence[Any], phase_width: float = 0.5) -> TimelineAxis:
     """Places the records: one unit per step; the records between two steps (and before the
     first) share a column spread over in the order written, ``phase_width`` wide for each
     stage change of the busiest agent in it (at most three), so that an agent that goes
     R, W and X between two steps shows all three."""
+    records = typed_records(records)
     position = [0.0] * len(records)
     step_left: List[float] = []
     x = 0.0
@@ -82,7 +111,7 @@ def timeline_axis(records: Sequence[dict], phase_width: float = 0.5) -> Timeline
     def place_phase() -> None:
         nonlocal x
         if pending:
-            changes = Counter(records[i]["agent"] for i in pending if records[i]["type"] == "stage")
+            changes = Counter(records[i].agent for i in pending if type(records[i]) is StageView)
             width = phase_width * min(3, max(1, max(changes.values(), default=1)))
             for rank, index in enumerate(pending):
                 position[index] = x + width * (rank + 0.5) / len(pending)
@@ -90,20 +119,42 @@ def timeline_axis(records: Sequence[dict], phase_width: float = 0.5) -> Timeline
             pending.clear()
 
     for index, record in enumerate(records):
-        kind = record["type"]
-        if kind == "step":
+        if type(record) is StepView:
             place_phase()
             position[index] = x
             step_left.append(x)
             x += 1.0
-        elif kind in ("episode", "end"):
-            continue
-        else:
+        elif type(record) not in (Episode, End):
             pending.append(index)
     place_phase()
     position[0] = 0.0
     position[-1] = x
     return TimelineAxis(position, step_left, x)
+
+
+@dataclasses.dataclass
+class _Episode:
+    """What every panel of one timeline reads: the records, where they sit, the lanes."""
+
+    records: list  # the timeline's views of the trace's records
+    axis: TimelineAxis
+    agents: List[str]  # in lane order
+    steps: List[int]  # the indices of the step records
+    faces: List[str]  # the face lanes' task keys, "<block>:<face>"
+    weights: Dict[int, int]  # block id -> weight
+
+    @property
+    def lane_of(self) -> Dict[str, int]:
+        return {name: i for i, name in enumerate(self.agents)}
+
+    @property
+    def small(self) -> int:
+        """The font size of lane labels."""
+        return 8 if len(self.agents) <= 8 else 6
+
+    def of(self, kind: type):
+        """(index, record) of every record of the view type ``kind``."""
+        return [(i, r) for i, r in enumerate(self.records) if type(r) is kind]
 
 
 def render_timeline(records: Sequence[dict], path, *, title: Optional[str] = None, phase_width: float = 0.5,
@@ -117,154 +168,23 @@ def render_timeline(records: Sequence[dict], path, *, title: Optional[str] = Non
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from matplotlib.collections import LineCollection, PolyCollection
-    from matplotlib.lines import Line2D
-    from matplotlib.patches import Patch, Rectangle
 
-    header, end = records[0], records[-1]
-    agents = agent_names(header)
-    lane_of = {name: i for i, name in enumerate(agents)}
-    n = len(agents)
-    axis = timeline_axis(records, phase_width)
-    step_indices = [i for i, r in enumerate(records) if r["type"] == "step"]
-    faces = _faces(records, step_indices)
-    weights = _weights(header, records, step_indices)
-
-    agent_height = max(0.16, min(0.42, 3.2 / max(n, 1)))
-    face_height = 0.32 if len(faces) <= 16 else 0.2
-    heights = [0.6 + agent_height * n, 0.3 + (0.12 if n <= 8 else 0.06) * n, 0.4 + face_height * max(len(faces), 1)]
-    width = 15.0
-    fig, (ax_agents, ax_actions, ax_faces) = plt.subplots(
-        3, 1, sharex=True, figsize=(width, sum(heights) + 1.9),
-        gridspec_kw={"height_ratios": heights, "hspace": 0.08})
-    small = 8 if n <= 8 else 6
-
-    # --- agents: stages, plan events, messages --------------------------------------------------
-    segments: Dict[Tuple[int, str], List[Tuple[float, float]]] = {}
-    open_stage: Dict[str, Tuple[float, str]] = {}
-    for index, record in enumerate(records):
-        if record["type"] == "stage":
-            name, x = record["agent"], axis.position[index]
-            if name in open_stage:
-                start, stage = open_stage[name]
-                segments.setdefault((lane_of[name], stage), []).append((start, x - start))
-            open_stage[name] = (x, record["stage"])
-    for name, (start, stage) in open_stage.items():
-        segments.setdefault((lane_of[name], stage), []).append((start, axis.end - start))
-    bar = 0.7
-    for (lane, stage), spans in segments.items():
-        ax_agents.broken_barh(spans, (lane - bar / 2, bar), facecolors=STAGE_COLORS.get(stage, "#999999"), linewidth=0)
-
-    marker_size = 55 if n <= 8 else 22
-    for event, (marker, fill, _) in PLAN_MARKERS.items():
-        xs = [axis.position[i] for i, r in enumerate(records) if r["type"] == "plan" and r["event"] == event]
-        ys = [lane_of[r["agent"]] for r in records if r["type"] == "plan" and r["event"] == event]
-        if xs:
-            outline = {"edgecolors": "black"} if marker != "|" else {}
-            ax_agents.scatter(xs, ys, marker=marker, s=marker_size * (1.6 if marker == "*" else 1), c=fill,
-                              linewidths=0.6 if marker != "|" else 1.5, zorder=4, **outline)
-    # messages: a shaft from the sender's lane to each recipient's, a head at the recipient
-    shafts, heads_up, heads_down, senders = [], [], [], []
-    for index, record in enumerate(records):
-        if record["type"] != "message":
-            continue
-        x, source = axis.position[index], lane_of[record["sender"]]
-        senders.append((x, source))
-        for name in record["recipients"]:
-            target = lane_of[name]
-            shafts.append([(x, source), (x, target)])
-            # lanes are numbered downwards: a smaller lane is higher on the page
-            (heads_up if target < source else heads_down).append((x, target + (0.22 if target < source else -0.22)))
-    if shafts:
-        ax_agents.add_collection(LineCollection(shafts, colors=MESSAGE_COLOR, linewidths=0.9 if n <= 8 else 0.5,
-                                                alpha=0.8, zorder=5), autolim=False)
-        head_size = 22 if n <= 8 else 9
-        for heads, marker in ((heads_up, "^"), (heads_down, "v")):
-            if heads:
-                ax_agents.scatter(*zip(*heads), marker=marker, s=head_size, c=MESSAGE_COLOR, linewidths=0, zorder=5)
-        ax_agents.scatter(*zip(*senders), marker="o", s=head_size / 2, c=MESSAGE_COLOR, linewidths=0, zorder=5)
-    rooms = _rooms(records, axis, lane_of)
-    for x0, x1, low_lane, high_lane, label in rooms:
-        ax_agents.add_patch(Rectangle((x0, low_lane - 0.48), max(x1 - x0, 0.15), high_lane - low_lane + 0.96,
-                                      facecolor=ROOM_COLOR, alpha=0.18, edgecolor=ROOM_COLOR, linewidth=0.8, zorder=3))
-        ax_agents.text(x0, low_lane - 0.5, label, fontsize=small - 1, color=ROOM_COLOR, ha="left", va="bottom",
-                       zorder=7)
-    _lanes(ax_agents, agents, small, top=-1.1)
+    header = records[0]
+    episode = _read_episode(records, phase_width)
+    fig, (ax_agents, ax_actions, ax_faces) = _figure(plt, episode)
+    _draw_stages(ax_agents, episode)
+    _draw_plan_events(ax_agents, episode)
+    _draw_messages(ax_agents, episode)
+    rooms = _draw_rooms(ax_agents, episode)
+    _lanes(ax_agents, episode.agents, episode.small, top=-1.1)
     ax_agents.set_ylabel("agents", fontsize=9)
-
-    # --- primitive actions ----------------------------------------------------------------------
-    for value, color in enumerate(ACTION_COLORS):
-        for name in agents:
-            spans = [(axis.step_left[k], 1.0) for k, i in enumerate(step_indices)
-                     if records[i]["actions"].get(name) == value]
-            if spans:
-                ax_actions.broken_barh(spans, (lane_of[name] - 0.45, 0.9), facecolors=color, linewidth=0)
-    _lanes(ax_actions, agents if n <= 8 else [""] * n, small - 1)
-    ax_actions.set_ylabel("actions", fontsize=9)
-
-    # --- block faces ------------------------------------------------------------------------------
-    edges = _stair_edges(axis)
-    fills: Dict[str, list] = {SPATIAL_COLOR: [], JOINT_COLOR: []}
-    for lane, key in enumerate(faces):
-        block = int(key.partition(":")[0])
-        weight = max(weights.get(block, 1), 1)
-        counts = {c: np.zeros(len(step_indices)) for c in ("spatial", "temporal", "joint")}
-        for k, i in enumerate(step_indices):
-            task = records[i]["tasks"].get(key)
-            if task:
-                for c in counts:
-                    counts[c][k] = task[c]
-        # the y axis runs downwards: a lane's floor is lane + 0.42 and its fills rise from it
-        floor, height = lane + 0.42, 0.84
-        if step_indices:
-            for count, color in (("spatial", SPATIAL_COLOR), ("joint", JOINT_COLOR)):
-                fills[color].append(_step_polygon(edges, floor - height * np.minimum(counts[count] / weight, 1), floor))
-            pushing = counts["temporal"] > 0
-            if pushing.any():
-                ax_faces.hlines(floor - height * np.minimum(counts["temporal"][pushing] / weight, 1),
-                                edges[:-1][pushing], edges[1:][pushing], color=TEMPORAL_COLOR, linewidth=1.2)
-        ax_faces.axhline(floor - height, color="#BBBBBB", linewidth=0.4, linestyle=":")
-        ax_faces.axhline(floor, color="#DDDDDD", linewidth=0.4)
-    for color, polygons in fills.items():
-        if polygons:
-            ax_faces.add_collection(PolyCollection(polygons, facecolors=color, linewidths=0), autolim=False)
-    face_labels = [f"b{key.partition(':')[0]}:{key.partition(':')[2]} w{weights.get(int(key.partition(':')[0]), '?')}"
-                   for key in faces]
-    _lanes(ax_faces, face_labels or ["(no face manned)"], small)
-    ax_faces.set_ylabel("block faces", fontsize=9)
-
-    # --- deliveries, axis, legend ---------------------------------------------------------------
-    for k, i in enumerate(step_indices):
-        for block in records[i]["delivered"]:
-            x = axis.step_left[k] + 1.0
-            for ax in (ax_agents, ax_actions, ax_faces):
-                ax.axvline(x, color="black", linestyle="--", linewidth=0.8, alpha=0.7, zorder=6)
-            ax_agents.text(x, -0.75, f"b{block}", fontsize=small, ha="center", va="bottom", zorder=7,
-                           bbox={"boxstyle": "round,pad=0.15", "facecolor": "white", "edgecolor": "black",
-                                 "linewidth": 0.5})
-    _step_ticks(ax_faces, axis)
-    low, high = 0.0, axis.end
-    if steps is not None:
-        start, stop = max(0, steps[0]), min(len(axis.step_left), steps[1])
-        if start < stop:
-            low = axis.step_left[start - 1] + 1.0 if start > 0 else 0.0
-            high = axis.step_left[stop - 1] + 1.0
-    ax_faces.set_xlim(low, high)
-    ax_faces.set_xlabel("environment step (narrow columns between steps: reasoning, messages, plan events)", fontsize=9)
-
-    handles = [Patch(color=STAGE_COLORS[s], label=STAGE_NAMES[s]) for s in STAGE_COLORS]
-    handles += [Line2D([], [], linestyle="", marker=m, markerfacecolor=f, markeredgecolor="black" if m != "|" else f,
-                       color=f, markersize=7, label=label) for m, f, label in PLAN_MARKERS.values()]
-    handles.append(Line2D([], [], color=MESSAGE_COLOR, marker=">", markersize=5, label="message"))
-    if rooms:
-        handles.append(Patch(facecolor=ROOM_COLOR, alpha=0.3, edgecolor=ROOM_COLOR, label="negotiation room"))
-    handles += [Patch(color=c, label=f"action {a}") for c, a in zip(ACTION_COLORS, ACTION_NAMES)]
-    handles += [Patch(color=SPATIAL_COLOR, label="aligned / w"), Patch(color=JOINT_COLOR, label="joint / w"),
-                Line2D([], [], color=TEMPORAL_COLOR, label="pushing / w"),
-                Line2D([], [], color="black", linestyle="--", label="delivery")]
-    fig.legend(handles=handles, loc="lower center", ncol=10, fontsize=7, frameon=False,
+    _draw_actions(ax_actions, episode)
+    _draw_faces(ax_faces, episode)
+    _draw_deliveries((ax_agents, ax_actions, ax_faces), episode)
+    _set_steps_shown(ax_faces, episode.axis, steps)
+    fig.legend(handles=_legend(bool(rooms)), loc="lower center", ncol=10, fontsize=7, frameon=False,
                bbox_to_anchor=(0.5, 0.0))
-    fig.suptitle(title or _title(header, end), fontsize=10, y=0.995)
+    fig.suptitle(title or _title(header, episode.records[-1]), fontsize=10, y=0.995)
     fig.subplots_adjust(left=0.09, right=0.99, top=1 - 0.55 / fig.get_figheight(), bottom=1.2 / fig.get_figheight())
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -273,20 +193,208 @@ def render_timeline(records: Sequence[dict], path, *, title: Optional[str] = Non
     return path
 
 
-def _rooms(records: Sequence[dict], axis: TimelineAxis, lane_of: Dict[str, int]) -> List[tuple]:
+def _read_episode(records: Sequence[dict], phase_width: float) -> _Episode:
+    typed = typed_records(records)
+    steps = [i for i, r in enumerate(typed) if type(r) is StepView]
+    return _Episode(records=typed, axis=timeline_axis(typed, phase_width), agents=agent_names(records[0]),
+                    steps=steps, faces=_faces(typed, steps), weights=_weights(typed, steps))
+
+
+def _figure(plt, episode: _Episode):
+    """The figure and its three panels (agents, actions, faces), sized to their lanes."""
+    n = len(episode.agents)
+    agent_height = max(0.16, min(0.42, 3.2 / max(n, 1)))
+    face_height = 0.32 if len(episode.faces) <= 16 else 0.2
+    heights = [0.6 + agent_height * n, 0.3 + (0.12 if n <= 8 else 0.06) * n,
+               0.4 + face_height * max(len(episode.faces), 1)]
+    width = 15.0
+    return plt.subplots(3, 1, sharex=True, figsize=(width, sum(heights) + 1.9),
+                        gridspec_kw={"height_ratios": heights, "hspace": 0.08})
+
+
+# --- agents: stages, plan events, messages, rooms ------------------------------------------------
+
+
+def _draw_stages(ax, episode: _Episode) -> None:
+    """Each agent's lane coloured by its stage, from one stage record to its next."""
+    lane_of, position = episode.lane_of, episode.axis.position
+    segments: Dict[Tuple[int, str], List[Tuple[float, float]]] = {}
+    open_stage: Dict[str, Tuple[float, str]] = {}
+    for index, record in episode.of(StageView):
+        name, x = record.agent, position[index]
+        if name in open_stage:
+            start, stage = open_stage[name]
+            segments.setdefault((lane_of[name], stage), []).append((start, x - start))
+        open_stage[name] = (x, record.stage)
+    for name, (start, stage) in open_stage.items():
+        segments.setdefault((lane_of[name], stage), []).append((start, episode.axis.end - start))
+    bar = 0.7
+    for (lane, stage), spans in segments.items():
+        ax.broken_barh(spans, (lane - bar / 2, bar), facecolors=STAGE_COLORS.get(stage, "#999999"), linewidth=0)
+
+
+def _draw_plan_events(ax, episode: _Episode) -> None:
+    lane_of, position = episode.lane_of, episode.axis.position
+    marker_size = 55 if len(episode.agents) <= 8 else 22
+    plans = episode.of(PlanView)
+    for event, (marker, fill, _) in PLAN_MARKERS.items():
+        xs = [position[i] for i, r in plans if r.event == event]
+        ys = [lane_of[r.agent] for _, r in plans if r.event == event]
+        if xs:
+            outline = {"edgecolors": "black"} if marker != "|" else {}
+            ax.scatter(xs, ys, marker=marker, s=marker_size * (1.6 if marker == "*" else 1), c=fill,
+                       linewidths=0.6 if marker != "|" else 1.5, zorder=4, **outline)
+
+
+def _draw_messages(ax, episode: _Episode) -> None:
+    """A shaft from the sender's lane to each recipient's, a head at the recipient."""
+    from matplotlib.collections import LineCollection
+
+    lane_of, n = episode.lane_of, len(episode.agents)
+    shafts, heads_up, heads_down, senders = [], [], [], []
+    for index, record in episode.of(MessageView):
+        x, source = episode.axis.position[index], lane_of[record.sender]
+        senders.append((x, source))
+        for name in record.recipients:
+            target = lane_of[name]
+            shafts.append([(x, source), (x, target)])
+            # lanes are numbered downwards: a smaller lane is higher on the page
+            (heads_up if target < source else heads_down).append((x, target + (0.22 if target < source else -0.22)))
+    if not shafts:
+        return
+    ax.add_collection(LineCollection(shafts, colors=MESSAGE_COLOR, linewidths=0.9 if n <= 8 else 0.5,
+                                     alpha=0.8, zorder=5), autolim=False)
+    head_size = 22 if n <= 8 else 9
+    for heads, marker in ((heads_up, "^"), (heads_down, "v")):
+        if heads:
+            ax.scatter(*zip(*heads), marker=marker, s=head_size, c=MESSAGE_COLOR, linewidths=0, zorder=5)
+    ax.scatter(*zip(*senders), marker="o", s=head_size / 2, c=MESSAGE_COLOR, linewidths=0, zorder=5)
+
+
+def _draw_rooms(ax, episode: _Episode) -> List[tuple]:
+    from matplotlib.patches import Rectangle
+
+    rooms = _rooms(episode.records, episode.axis, episode.lane_of)
+    for x0, x1, low_lane, high_lane, label in rooms:
+        ax.add_patch(Rectangle((x0, low_lane - 0.48), max(x1 - x0, 0.15), high_lane - low_lane + 0.96,
+                               facecolor=ROOM_COLOR, alpha=0.18, edgecolor=ROOM_COLOR, linewidth=0.8, zorder=3))
+        ax.text(x0, low_lane - 0.5, label, fontsize=episode.small - 1, color=ROOM_COLOR, ha="left", va="bottom",
+                zorder=7)
+    return rooms
+
+
+# --- primitive actions, block faces, deliveries -----------------------------------------------------
+
+
+def _draw_actions(ax, episode: _Episode) -> None:
+    lane_of, step_left = episode.lane_of, episode.axis.step_left
+    for value, color in enumerate(ACTION_COLORS):
+        for name in episode.agents:
+            spans = [(step_left[k], 1.0) for k, i in enumerate(episode.steps)
+                     if episode.records[i].actions.get(name) == value]
+            if spans:
+                ax.broken_barh(spans, (lane_of[name] - 0.45, 0.9), facecolors=color, linewidth=0)
+    n = len(episode.agents)
+    _lanes(ax, episode.agents if n <= 8 else [""] * n, episode.small - 1)
+    ax.set_ylabel("actions", fontsize=9)
+
+
+def _draw_faces(ax, episode: _Episode) -> None:
+    """Per face lane: the aligned and the joint agents as filled steps, the pushing ones as
+    a line, each as a share of the block's weight."""
+    from matplotlib.collections import PolyCollection
+
+    edges = _stair_edges(episode.axis)
+    fills: Dict[str, list] = {SPATIAL_COLOR: [], JOINT_COLOR: []}
+    for lane, key in enumerate(episode.faces):
+        weight = max(episode.weights.get(_block_of(key), 1), 1)
+        counts = _face_counts(episode, key)
+        # the y axis runs downwards: a lane's floor is lane + 0.42 and its fills rise from it
+        floor, height = lane + 0.42, 0.84
+        if episode.steps:
+            for count, color in (("spatial", SPATIAL_COLOR), ("joint", JOINT_COLOR)):
+                fills[color].append(_step_polygon(edges, floor - height * np.minimum(counts[count] / weight, 1), floor))
+            pushing = counts["temporal"] > 0
+            if pushing.any():
+                ax.hlines(floor - height * np.minimum(counts["temporal"][pushing] / weight, 1),
+                          edges[:-1][pushing], edges[1:][pushing], color=TEMPORAL_COLOR, linewidth=1.2)
+        ax.axhline(floor - height, color="#BBBBBB", linewidth=0.4, linestyle=":")
+        ax.axhline(floor, color="#DDDDDD", linewidth=0.4)
+    for color, polygons in fills.items():
+        if polygons:
+            ax.add_collection(PolyCollection(polygons, facecolors=color, linewidths=0), autolim=False)
+    labels = [f"b{_block_of(key)}:{key.partition(':')[2]} w{episode.weights.get(_block_of(key), '?')}"
+              for key in episode.faces]
+    _lanes(ax, labels or ["(no face manned)"], episode.small)
+    ax.set_ylabel("block faces", fontsize=9)
+
+
+def _face_counts(episode: _Episode, key: str) -> Dict[str, np.ndarray]:
+    """The face's spatial, temporal and joint counts at every step (0 where unlisted)."""
+    counts = {c: np.zeros(len(episode.steps)) for c in ("spatial", "temporal", "joint")}
+    for k, i in enumerate(episode.steps):
+        task = episode.records[i].tasks.get(key)
+        if task:
+            for c in counts:
+                counts[c][k] = getattr(task, c)
+    return counts
+
+
+def _draw_deliveries(axes, episode: _Episode) -> None:
+    """A dashed vertical across every panel where a block was delivered, labelled above."""
+    for k, i in enumerate(episode.steps):
+        for block in episode.records[i].delivered:
+            x = episode.axis.step_left[k] + 1.0
+            for ax in axes:
+                ax.axvline(x, color="black", linestyle="--", linewidth=0.8, alpha=0.7, zorder=6)
+            axes[0].text(x, -0.75, f"b{block}", fontsize=episode.small, ha="center", va="bottom", zorder=7,
+                         bbox={"boxstyle": "round,pad=0.15", "facecolor": "white", "edgecolor": "black",
+                               "linewidth": 0.5})
+
+
+def _set_steps_shown(ax, axis: TimelineAxis, steps: Optional[Tuple[int, int]]) -> None:
+    _step_ticks(ax, axis)
+    low, high = 0.0, axis.end
+    if steps is not None:
+        start, stop = max(0, steps[0]), min(len(axis.step_left), steps[1])
+        if start < stop:
+            low = axis.step_left[start - 1] + 1.0 if start > 0 else 0.0
+            high = axis.step_left[stop - 1] + 1.0
+    ax.set_xlim(low, high)
+    ax.set_xlabel("environment step (narrow columns between steps: reasoning, messages, plan events)", fontsize=9)
+
+
+def _legend(with_rooms: bool) -> list:
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+
+    handles = [Patch(color=STAGE_COLORS[s], label=STAGE_NAMES[s]) for s in STAGE_COLORS]
+    handles += [Line2D([], [], linestyle="", marker=m, markerfacecolor=f, markeredgecolor="black" if m != "|" else f,
+                       color=f, markersize=7, label=label) for m, f, label in PLAN_MARKERS.values()]
+    handles.append(Line2D([], [], color=MESSAGE_COLOR, marker=">", markersize=5, label="message"))
+    if with_rooms:
+        handles.append(Patch(facecolor=ROOM_COLOR, alpha=0.3, edgecolor=ROOM_COLOR, label="negotiation room"))
+    handles += [Patch(color=c, label=f"action {a}") for c, a in zip(ACTION_COLORS, ACTION_NAMES)]
+    handles += [Patch(color=SPATIAL_COLOR, label="aligned / w"), Patch(color=JOINT_COLOR, label="joint / w"),
+                Line2D([], [], color=TEMPORAL_COLOR, label="pushing / w"),
+                Line2D([], [], color="black", linestyle="--", label="delivery")]
+    return handles
+
+
+def _rooms(records: Sequence[Any], axis: TimelineAxis, lane_of: Dict[str, int]) -> List[tuple]:
     """Negotiation rooms: (x from, x to, first lane, last lane, label) each, from the room's
     first proposal to its ``negotiation`` record; the label says what was allocated."""
     rooms, opened = [], None
     for index, record in enumerate(records):
-        if record["type"] == "message" and record.get("kind") == "proposal" and opened is None:
+        if type(record) is MessageView and record.kind == "proposal" and opened is None:
             opened = index
-        elif record["type"] == "negotiation":
-            lanes = [lane_of[name] for name in record["room"]]
+        elif type(record) is NegotiationView:
+            lanes = [lane_of[name] for name in record.room]
             start = axis.position[opened if opened is not None else index]
-            allocated = Counter(b for b in record["allocation"].values() if b is not None)
+            allocated = Counter(b for b in record.allocation.values() if b is not None)
             label = "room: " + (", ".join(f"b{b}x{k}" for b, k in sorted(allocated.items())) or "no allocation")
-            if record["quorum_failed"]:
-                label += " (no quorum: " + ", ".join(f"b{b}" for b in record["quorum_failed"]) + ")"
+            if record.quorum_failed:
+                label += " (no quorum: " + ", ".join(f"b{b}" for b in record.quorum_failed) + ")"
             rooms.append((start, axis.position[index], min(lanes), max(lanes), label))
             opened = None
     return rooms
@@ -301,19 +409,24 @@ def _lanes(ax, labels: Sequence[str], fontsize: int, top: float = -0.5) -> None:
         ax.spines[spine].set_visible(False)
 
 
-def _faces(records: Sequence[dict], step_indices: Sequence[int]) -> List[str]:
+def _block_of(key: str) -> int:
+    """The block of a task key ``<block>:<face>``."""
+    return int(key.partition(":")[0])
+
+
+def _faces(records: Sequence[Any], step_indices: Sequence[int]) -> List[str]:
     seen = {}
     for i in step_indices:
-        for key in records[i]["tasks"]:
+        for key in records[i].tasks:
             seen[key] = True
-    return sorted(seen, key=lambda key: (int(key.partition(":")[0]), FACE_ORDER.get(key.partition(":")[2], 9)))
+    return sorted(seen, key=lambda key: (_block_of(key), FACE_ORDER.get(key.partition(":")[2], 9)))
 
 
-def _weights(header: dict, records: Sequence[dict], step_indices: Sequence[int]) -> Dict[int, int]:
-    weights = {b: int(block[2]) for b, block in enumerate(header.get("layout", {}).get("blocks", []))}
+def _weights(records: Sequence[Any], step_indices: Sequence[int]) -> Dict[int, int]:
+    weights = {b: int(block[2]) for b, block in enumerate(records[0].layout.blocks)}
     for i in step_indices:
-        for key, task in records[i]["tasks"].items():
-            weights.setdefault(int(key.partition(":")[0]), int(task["required"]))
+        for key, task in records[i].tasks.items():
+            weights.setdefault(_block_of(key), int(task.required))
     return weights
 
 
@@ -343,9 +456,9 @@ def _step_ticks(ax, axis: TimelineAxis) -> None:
     ax.set_xticklabels([str(t) for t in ticks], fontsize=8)
 
 
-def _title(header: dict, end: dict) -> str:
+def _title(header: dict, end) -> str:
     run = run_fields(header)
-    outcome = "all blocks delivered" if end.get("terminated") else f"truncated ({end.get('reason')})"
+    outcome = "all blocks delivered" if end.terminated else f"truncated ({end.reason})"
     return (f"{run['topology']} | {run['team']} | {run['scenario']} | seed {header.get('seed')}: "
-            f"{end.get('blocks_delivered')}/{end.get('blocks_total')} blocks, weight "
-            f"{end.get('weight_delivered')}/{end.get('weight_total')}, {end.get('steps')} steps, {outcome}")
+            f"{end.blocks_delivered}/{end.blocks_total} blocks, weight "
+            f"{end.weight_delivered}/{end.weight_total}, {end.steps} steps, {outcome}")

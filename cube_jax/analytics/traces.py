@@ -40,7 +40,9 @@ from typing import IO, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 import msgspec
 
+from cube_jax.names import agent_order
 from cube_jax.trace import (
+    OUTCOME_KEYS,
     PLAN_EVENTS,
     RECORD_TYPES,
     STAGES,
@@ -68,7 +70,7 @@ METRIC_KEYS = {
     "llm": ("latency_s", "prompt_tokens", "completion_tokens", "valid", "fallback"),
     "step": ("delivered", "tasks", "actions", "agents", "blocks"),
     "negotiation": ("room", "proposals", "commitments", "allocation", "quorum_failed"),
-    "end": ("terminated", "steps", "blocks_delivered", "blocks_total", "weight_delivered"),
+    "end": OUTCOME_KEYS,
 }
 METRIC_VIEWS = record_views(METRIC_KEYS, prefix="Metric")
 MetricRecord = Union[tuple(METRIC_VIEWS.values())]
@@ -345,9 +347,7 @@ def team_label(header: dict) -> str:
 
 
 def _agent_order(item) -> tuple:
-    name = item[0]
-    suffix = name.rpartition("_")[2]
-    return (0, int(suffix), name) if suffix.isdigit() else (1, 0, name)
+    return agent_order(item[0])
 
 
 def agent_names(header: dict) -> List[str]:

@@ -61,6 +61,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 from cube_jax.llm.factory import LanguageAgents
+from cube_jax.names import agent_name
 from cube_jax.cli.args import (add_model_arguments, add_runtime_arguments, add_team_arguments, add_topology_arguments,
                                add_world_arguments, check_seeds, check_world, check_writable, episode_limit,
                                positive_float, positive_int, read_members, seed, team_option, world_kwargs)
@@ -214,7 +215,7 @@ def _settings(args, members, models: "LanguageAgents") -> Dict[str, Any]:
         "prompts": None if args.prompts is None else str(args.prompts),
         "team_file": None if args.team_file is None else str(args.team_file),
         "members": [m.to_dict() for m in members],
-        "models": {f"agent_{i}": models.settings(m).to_dict() for i, m in enumerate(members)
+        "models": {agent_name(i): models.settings(m).to_dict() for i, m in enumerate(members)
                    if m.kind == "llm" and args.replay is None},
         "strategy_tips": args.strategy_tips, "feedback": args.feedback, "reply_schema": args.reply_schema,
         "local_server": None if models.local is None else models.local.settings(),

@@ -39,6 +39,7 @@ from pathlib import Path
 from cube_jax.cli.args import (add_model_arguments, add_runtime_arguments, add_topology_arguments, add_world_arguments,
                                check_world, check_writable, episode_limit, parse_int, positive_float, read_members,
                                seed, world_kwargs)
+from cube_jax.names import agent_name
 
 log = logging.getLogger(__name__)
 
@@ -147,7 +148,7 @@ def run(parser: argparse.ArgumentParser, args) -> int:
         "command": "serve", "world": world, "team": args.team, "topology": args.topology, "budget": args.budget,
         "max_phases": args.max_phases, "directive_timeout": args.directive_timeout, "seed": args.seed, "max_steps": args.max_steps, "max_wall": args.max_wall, "model": args.model,
         "base_url": args.base_url, "members": [m.to_dict() for m in members],
-        "models": {f"agent_{i}": llm_agents.settings(m).to_dict() for i, m in enumerate(members)
+        "models": {agent_name(i): llm_agents.settings(m).to_dict() for i, m in enumerate(members)
                    if m.kind == "llm"}}, indent=2))
     app = create_app(env, settings, replays=args.replay, public=args.public)
     try:

@@ -48,6 +48,7 @@ from jax.experimental.layout import Layout, with_layout_constraint
 
 from cube_jax.core.checks import MAX_GRID_SIZE
 from cube_jax.core.types import ACTION_DELTAS, DOWN, LEFT, PUSH_ORDER, RIGHT, UP, EnvConfig, State, StepEvents
+from cube_jax.names import actions_or_stay
 
 # Lines of pushers are counted with one uint32 bit row per agent up to this many agents.
 BITSET_MAX_AGENTS = 32
@@ -689,7 +690,7 @@ def step_kernel(cfg: EnvConfig, ar, ac, br, bc, w, alive, actions):
 
     Returns the new ``(ar, ac, br, bc, alive)`` and the :class:`StepEvents` (environment-last).
     """
-    actions = jnp.where((actions >= 0) & (actions <= 4), actions, 0)  # out of range -> STAY
+    actions = actions_or_stay(actions, jnp)
     start_r, start_c = ar, ac
     engaged = jnp.zeros(ar.shape, bool)
     moved = jnp.zeros(br.shape, bool)
@@ -825,7 +826,7 @@ def actions_int32(actions) -> jax.Array:
     into 0..4 (2**32 + 1 would become UP)."""
     actions = jnp.asarray(actions)
     if actions.dtype.itemsize > 4:
-        actions = jnp.where((actions >= 0) & (actions <= 4), actions, 0)
+        actions = actions_or_stay(actions, jnp)
     return actions.astype(jnp.int32)
 
 

@@ -31,6 +31,7 @@ from cube_jax.core.observations import (OBSERVATION_FORM_NAMES, ObservationForm,
                                         observe)
 from cube_jax.core.scenario import Scenario, load_scenario, render_ascii
 from cube_jax.core.types import NUM_ACTIONS, EnvConfig, State, StepEvents, TimeStep
+from cube_jax.names import action_or_stay, actions_or_stay
 
 
 @functools.partial(jax.jit, static_argnums=(0,))
@@ -272,9 +273,9 @@ def _checked_actions(state: State, actions, num_agents: int):
         )
     if isinstance(actions, np.ndarray) and dtype != np.int32:
         # host arrays become int32 here (one compiled step for every integer type)
-        return np.where((actions >= 0) & (actions <= 4), actions, 0).astype(np.int32)
+        return actions_or_stay(actions, np).astype(np.int32)
     if _wide(dtype):
-        return jnp.where((actions >= 0) & (actions <= 4), actions, 0).astype(jnp.int32)
+        return actions_or_stay(actions, jnp).astype(jnp.int32)
     return actions
 
 
@@ -305,7 +306,7 @@ def _python_actions(actions) -> np.ndarray:
                 f"in {excerpt(actions)}"
             )
         values.append(int(value))
-    mapped = [v if 0 <= v <= 4 else 0 for v in values]
+    mapped = [action_or_stay(v) for v in values]
     return np.asarray(mapped, np.int32).reshape(objects.shape)
 
 

@@ -13,10 +13,8 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-# Primitive actions (DYNAMICS.md). Any other integer is STAY inside the jitted core.
-STAY, UP, DOWN, LEFT, RIGHT = 0, 1, 2, 3, 4
-NUM_ACTIONS = 5
-ACTION_NAMES = ("STAY", "UP", "DOWN", "LEFT", "RIGHT")
+# Primitive actions (DYNAMICS.md), declared in cube_jax.names. Any other integer is STAY.
+from cube_jax.names import ACTION_NAMES, DOWN, LEFT, NUM_ACTIONS, RIGHT, STAY, UP
 # (row, col) displacement of each action, indexed by action id.
 ACTION_DELTAS = ((0, 0), (-1, 0), (1, 0), (0, -1), (0, 1))
 # Push phases run in this fixed order.

@@ -64,7 +64,7 @@ class LanguageAgents:
     def __call__(self, env, member, ids):
         from cube_jax.llm.agent import LLMAgent
         from cube_jax.llm.recording import RecordingClient, ReplayClient
-        from cube_jax.trace import agent_name
+        from cube_jax.names import agent_name
 
         agents = []
         for i in ids:

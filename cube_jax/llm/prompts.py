@@ -42,6 +42,7 @@ import jinja2
 
 from cube_jax.agents.base import DecisionContext, Purpose, Reason
 from cube_jax.core.types import ACTION_NAMES
+from cube_jax.names import LLM_PURPOSES, agent_name
 from cube_jax.llm.replies import ReplyContext, reply_example
 from cube_jax.symbolic.actions import ACTION_SPECS
 
@@ -131,7 +132,7 @@ class PromptBook:
         recipients = frozenset(ctx.topology.allowed_recipients) if ctx.topology.may_send else frozenset()
         reply = ReplyContext(num_agents=ctx.num_agents, block_alive=(True,) * (max(1, len(ctx.views.blocks))),
                              agent=ctx.agent, allowed_recipients=recipients, message_budget=1 if recipients else 0)
-        return {p: reply_example(p, reply) for p in ("plan", "interrupt", "message", "proposal", "commitment")}
+        return {p: reply_example(p, reply) for p in LLM_PURPOSES}
 
     def user_variables(self, ctx: DecisionContext, decisions: Sequence[Dict[str, Any]] = (), *,
                        strategy_tips: bool = False, feedback: bool = False) -> Dict[str, Any]:
@@ -162,15 +163,15 @@ class PromptBook:
              "error": None if r.error is None else r.error.message}
             for r in ctx.history[-HISTORY_STEPS:]
         ]
-        inbox = [{"t": m.t, "sender": f"agent_{m.sender}",
-                  "recipients": ", ".join("you" if r == ctx.agent else f"agent_{r}" for r in m.recipients),
+        inbox = [{"t": m.t, "sender": agent_name(m.sender),
+                  "recipients": ", ".join("you" if r == ctx.agent else agent_name(r) for r in m.recipients),
                   "content": m.content} for m in ctx.inbox]
-        sent = [{"t": m.t, "recipients": ", ".join(f"agent_{r}" for r in m.recipients), "content": m.content}
+        sent = [{"t": m.t, "recipients": ", ".join(agent_name(r) for r in m.recipients), "content": m.content}
                 for m in ctx.sent[-RECENT_SENT:]]
         me = ctx.views.world.agent_pos[ctx.agent]
         blocks = [dict(b, **({"my_distance": _distance_to_face(me, b)} if b["alive"] else {}))
                   for b in _blocks(ctx.views)]
-        partners = [{"name": f"agent_{p.agent}", "row": int(ctx.views.world.agent_pos[p.agent][0]),
+        partners = [{"name": agent_name(p.agent), "row": int(ctx.views.world.agent_pos[p.agent][0]),
                      "col": int(ctx.views.world.agent_pos[p.agent][1]),
                      "stage": STAGE_WORDS.get(getattr(p.stage, "value", p.stage), str(p.stage)),
                      "spec": p.spec, "action": p.action} for p in ctx.partners]
@@ -194,7 +195,7 @@ class PromptBook:
             "feedback": ctx.feedback,
             "may_send": ctx.topology.may_send and bool(ctx.topology.allowed_recipients),
             "budget": ctx.topology.message_budget,
-            "recipients": [f"agent_{r}" for r in sorted(ctx.topology.allowed_recipients)],
+            "recipients": [agent_name(r) for r in sorted(ctx.topology.allowed_recipients)],
         }
 
     # -- rendering ----------------------------------------------------------------------------
@@ -222,7 +223,7 @@ class PromptBook:
 @functools.lru_cache(maxsize=8)
 def _team(view) -> List[Dict[str, Any]]:
     """The team section's variables, computed once per world view (shared by every agent)."""
-    return [{"name": f"agent_{i}", "row": int(r), "col": int(c)} for i, (r, c) in enumerate(view.world.agent_pos)]
+    return [{"name": agent_name(i), "row": int(r), "col": int(c)} for i, (r, c) in enumerate(view.world.agent_pos)]
 
 
 @functools.lru_cache(maxsize=8)
@@ -230,7 +231,7 @@ def _blocks(view) -> List[Dict[str, Any]]:
     """The block section's variables, computed once per world view (shared by every agent)."""
     out = []
     for b in view.blocks:
-        faces = [{"face": f.face, "aligned": [f"agent_{i}" for i in f.aligned], "required": f.required,
+        faces = [{"face": f.face, "aligned": [agent_name(i) for i in f.aligned], "required": f.required,
                   "deficit": f.deficit, "blocked": f.blocked} for f in b.faces.values()]
         out.append({"id": b.id, "weight": b.weight, "row": b.position[0], "col": b.position[1], "alive": b.alive,
                     "distance": b.distance_to_goal, "faces": faces})
@@ -271,9 +272,9 @@ def _negotiation(ctx: DecisionContext) -> Optional[Dict[str, Any]]:
         return "none" if value is None else f"block {value}"
 
     return {
-        "room": [f"agent_{i}" for i in room.room],
-        "proposals": [{"agent": f"agent_{i}", "choice": choice(b)} for i, b in sorted(room.proposals.items())],
-        "commitments": [{"agent": f"agent_{i}", "choice": choice(b)} for i, b in sorted(room.commitments.items())],
+        "room": [agent_name(i) for i in room.room],
+        "proposals": [{"agent": agent_name(i), "choice": choice(b)} for i, b in sorted(room.proposals.items())],
+        "commitments": [{"agent": agent_name(i), "choice": choice(b)} for i, b in sorted(room.commitments.items())],
         "team_sizes": [{"block": b, "size": n} for b, n in sorted(room.team_sizes.items())],
         "executing": [{"block": b, "agents": n} for b, n in sorted(room.executing.items()) if n],
         "guidebook": room.guidebook.strip(),

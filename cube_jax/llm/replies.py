@@ -63,10 +63,8 @@ import pydantic
 from cube_jax.symbolic.actions import (ACTION_SPECS, DIRECTIONS, FACES, PLAN_CHECK, PlanError, SymbolicAction, check_plan,
                                       parse_action)
 from cube_jax.symbolic.actions import parse_plan, parse_plan_json
+from cube_jax.names import CHOICE_PURPOSES, EXCERPT, LLM_PURPOSES as PURPOSES, agent_name, excerpt
 
-PURPOSES = ("plan", "interrupt", "message", "proposal", "commitment")
-# Negotiation purposes: the reply chooses one block (or none) with a short rationale.
-CHOICE_PURPOSES = ("proposal", "commitment")
 MAX_REPLY_CHARS = 65536
 MAX_NESTING = 32
 # How many "{" positions of a prose reply are tried as the start of the object.
@@ -74,8 +72,6 @@ MAX_OBJECT_STARTS = 64
 SPEC_MAX_CHARS = 200
 # The longest error message passed on (the symbolic parsers quote bad input whole).
 MAX_ERROR_CHARS = 300
-# What an error message quotes of the reply, at most.
-EXCERPT = 80
 # Bounds of the state-aware schemas (decision_schema): every free-text field and every list
 # is bounded, so that a whole reply fits the default token limit (512) and a
 # grammar-constrained server cannot run into it.
@@ -277,7 +273,7 @@ def reply_example(purpose: str, context: Optional["ReplyContext"] = None) -> str
         return json.dumps({"block": block, "rationale": "..."}) + "  or  " + json.dumps({"block": None, "rationale": "..."})
     messages = {}
     if context.may_message:
-        to = f"agent_{min(context.allowed_recipients)}"
+        to = agent_name(min(context.allowed_recipients))
         messages = {"messages": [{"to": [to], "content": "..."}]}
     if purpose == "message":
         return json.dumps({"reasoning": "...", **messages})
@@ -317,7 +313,7 @@ def decision_schema(purpose: str, context: "ReplyContext") -> dict:
     reasoning = {"reasoning": {"type": "string", "maxLength": SCHEMA_REASONING_CHARS}}
     messages = {}
     if context.may_message:
-        names = [f"agent_{r}" for r in sorted(context.allowed_recipients)]
+        names = [agent_name(r) for r in sorted(context.allowed_recipients)]
         message = _object({"to": {"type": "array", "minItems": 1, "maxItems": len(names) + 1, "uniqueItems": True,
                                   "items": {"type": "string", "enum": names + ["all"]}},
                            "content": {"type": "string", "minLength": 1,
@@ -494,8 +490,7 @@ def _fail(message: str, index: Optional[int] = None, argument: Optional[str] = N
 
 
 def _cut(text: str, limit: int = EXCERPT) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+    return excerpt(" ".join(text.split()), limit, fit=True)
 
 
 def _excerpt(text: str) -> str:
@@ -701,10 +696,6 @@ def _check_plan(value: Any, context: ReplyContext) -> Tuple[SymbolicAction, ...]
 _AGENT_NAME = re.compile(r"^agent[\s_-]?(\d+)$", re.I)
 
 
-def _agent_name(i: int) -> str:
-    return f"agent_{i}"
-
-
 def _recipients_of(token: Any, where: str, context: ReplyContext) -> FrozenSet[int]:
     if isinstance(token, str):
         name = token.strip()
@@ -718,12 +709,12 @@ def _recipients_of(token: Any, where: str, context: ReplyContext) -> FrozenSet[i
     if isinstance(token, bool) or not isinstance(token, int):
         raise _fail(f'{where}: unknown recipient {_json_excerpt(token)}; write "agent_<id>", <id> or "all"')
     if not 0 <= token < context.num_agents:
-        raise _fail(f"{where}: there is no agent {token}; agents are agent_0 .. agent_{context.num_agents - 1}")
+        raise _fail(f"{where}: there is no agent {token}; agents are {agent_name(0)} .. {agent_name(context.num_agents - 1)}")
     if token == context.agent:
-        raise _fail(f"{where}: {_agent_name(token)} is yourself")
+        raise _fail(f"{where}: {agent_name(token)} is yourself")
     if token not in context.allowed_recipients:
-        allowed = ", ".join(_agent_name(r) for r in sorted(context.allowed_recipients))
-        raise _fail(f"{where}: you may not message {_agent_name(token)} now; you may message: {allowed}")
+        allowed = ", ".join(agent_name(r) for r in sorted(context.allowed_recipients))
+        raise _fail(f"{where}: you may not message {agent_name(token)} now; you may message: {allowed}")
     return frozenset((token,))
 
 

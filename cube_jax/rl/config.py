@@ -41,6 +41,7 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from cube_jax.core.observations import OBSERVATION_FORM_NAMES
+from cube_jax.names import excerpt
 from cube_jax.rl.shaping import REACH_MODES
 
 CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs"
@@ -439,8 +440,7 @@ class _Layers:
 
 
 def _short(value: Any, limit: int = 60) -> str:
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+    return excerpt(repr(value), limit, fit=True)
 
 
 def parse_override(text: str) -> Tuple[str, Any]:

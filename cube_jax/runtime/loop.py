@@ -49,7 +49,8 @@ from cube_jax.runtime.slot import AgentSlot, Recorder
 from cube_jax.runtime.stepping import close_ended_plans, close_plans_at_end, outcome, step_environment
 from cube_jax.runtime.topologies import Topology, make_topology
 from cube_jax.symbolic.executor import PlanExecutor
-from cube_jax.trace import TraceWriter, agent_name
+from cube_jax.names import agent_name
+from cube_jax.trace import OUTCOME_COUNTS, TraceWriter
 
 DEFAULT_MAX_PHASES = 3
 
@@ -223,8 +224,7 @@ class Episode:
         """The :class:`EpisodeResult` of this episode as it stands."""
         if not counts:
             counts = outcome(self.es) if self.es is not None and self.es.state is not None else {
-                "steps": 0, "blocks_delivered": 0, "blocks_total": self.env.num_blocks, "weight_delivered": 0,
-                "weight_total": 0}
+                **dict.fromkeys(OUTCOME_COUNTS, 0), "blocks_total": self.env.num_blocks}
         gate = self.es.gate if self.es is not None else None
         return EpisodeResult(
             seed=self.seed, terminated=terminated, truncated=truncated, reason=reason,

@@ -1,23 +1,18 @@
 """How an episode went."""
 from __future__ import annotations
 
-import dataclasses
 from typing import Any, Dict, Optional
 
+import msgspec
 
-@dataclasses.dataclass
-class EpisodeResult:
-    """How one episode went (the ``end`` record's fields and a few more)."""
+from cube_jax.trace import Outcome
+
+
+class EpisodeResult(Outcome, kw_only=True):
+    """How one episode went: its :class:`~cube_jax.trace.Outcome` (what the ``end`` record
+    says) and what the run cost."""
 
     seed: int
-    steps: int
-    terminated: bool
-    truncated: bool
-    reason: str
-    blocks_delivered: int
-    blocks_total: int
-    weight_delivered: int
-    weight_total: int
     episode_return: float
     model_calls: int
     prompt_tokens: int
@@ -30,7 +25,12 @@ class EpisodeResult:
     def success(self) -> bool:
         return self.terminated
 
+    @property
+    def outcome(self) -> Outcome:
+        return Outcome.of(self)
+
     def to_dict(self) -> Dict[str, Any]:
-        out = dataclasses.asdict(self)
+        out = {"seed": self.seed}
+        out.update(msgspec.structs.asdict(self))
         out["success"] = self.success
         return out

@@ -16,6 +16,7 @@ from cube_jax.agents.base import Agent, Purpose, Reason, Stage
 from cube_jax.agents.views import WorldView
 from cube_jax.core.env import layout
 from cube_jax.runtime.decisions import EpisodeState, build_context
+from cube_jax.names import is_action
 from cube_jax.runtime.slot import AgentSlot
 from cube_jax.symbolic.executor import DONE, FAILED
 from cube_jax.symbolic.vocabulary import FACE_PUSH_DIRECTION
@@ -136,7 +137,7 @@ def may_drop_plans(agent: Agent) -> bool:
 
 
 def checked_primitive(slot: AgentSlot, value) -> int:
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) or not 0 <= int(value) <= 4:
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) or not is_action(int(value)):
         raise ValueError(f"{slot.name} ({slot.agent.kind}): primitive must be an int in 0..4, got {value!r}")
     return int(value)
 

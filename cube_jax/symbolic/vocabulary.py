@@ -29,6 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from cube_jax.core.types import ACTION_DELTAS, DOWN, LEFT, RIGHT, STAY, UP
+from cube_jax.names import FACE_NAMES
 
 
 _IS_JAX = {}  # type -> whether its values are jax arrays (tracers included)
@@ -50,9 +51,9 @@ def _action_with_delta(delta) -> int:
 
 
 # --- faces -----------------------------------------------------------------------------------
-# A face is a side of a block; its id is the face code of docs/symbolic.md and of plan arrays.
+# A face is a side of a block (FACE_NAMES); its id is the face code of docs/symbolic.md and of
+# plan arrays.
 
-FACE_NAMES = ("up", "down", "left", "right")
 UP_FACE, DOWN_FACE, LEFT_FACE, RIGHT_FACE = range(4)
 NUM_FACES = len(FACE_NAMES)
 FACE_IDS = {name: i for i, name in enumerate(FACE_NAMES)}

@@ -13,6 +13,8 @@ from cube_jax.trace.records import (
     FACE_NAMES,
     LLM_PURPOSES,
     MESSAGE_KINDS,
+    OUTCOME_COUNTS,
+    OUTCOME_KEYS,
     PLAN_EVENTS,
     RECORD_CLASSES,
     RECORD_TYPES,
@@ -27,20 +29,23 @@ from cube_jax.trace.records import (
     LLMRecord,
     MessageRecord,
     NegotiationRecord,
+    Outcome,
     PlanRecord,
     StageRecord,
     StepRecord,
     TaskCounts,
     TraceRecord,
     agent_name,
+    outcome_fields,
     record_views,
     required_keys,
 )
 from cube_jax.trace.validate import TraceError, TraceProblem, check_records, dumps, read_trace, validate_trace
 from cube_jax.trace.writer import TraceWriter
 
-__all__ = ["EXCERPT", "FACE_NAMES", "LLM_PURPOSES", "MESSAGE_KINDS", "PLAN_EVENTS", "RECORD_CLASSES", "RECORD_TYPES",
-           "SCHEMA_VERSION", "STAGES", "TASK_KEY", "AgentInfo", "AnyRecord", "EndRecord", "EpisodeRecord", "LLMRecord", "LayoutInfo",
-           "MessageRecord", "NegotiationRecord", "PlanRecord", "StageRecord", "StepRecord", "TaskCounts", "TraceError",
-           "TraceProblem", "TraceRecord", "TraceWriter", "agent_name", "check_records", "dumps", "read_trace",
-           "record_views", "required_keys", "validate_trace"]
+__all__ = ["EXCERPT", "FACE_NAMES", "LLM_PURPOSES", "MESSAGE_KINDS", "OUTCOME_COUNTS", "OUTCOME_KEYS", "PLAN_EVENTS",
+           "RECORD_CLASSES", "RECORD_TYPES", "SCHEMA_VERSION", "STAGES", "TASK_KEY", "AgentInfo", "AnyRecord", "EndRecord",
+           "EpisodeRecord", "LLMRecord", "LayoutInfo", "MessageRecord", "NegotiationRecord", "Outcome", "PlanRecord",
+           "StageRecord", "StepRecord", "TaskCounts", "TraceError", "TraceProblem", "TraceRecord", "TraceWriter",
+           "agent_name", "check_records", "dumps", "outcome_fields", "read_trace", "record_views", "required_keys",
+           "validate_trace"]

@@ -28,21 +28,14 @@ from typing import Annotated, Any, Dict, List, Literal, Mapping, Optional, Seque
 import msgspec
 from msgspec import Meta
 
+from cube_jax.names import CHOICE_PURPOSES, EXCERPT, FACE_NAMES, LLM_PURPOSES, STAGES, agent_name, excerpt
+
 SCHEMA_VERSION = 1
-STAGES = ("R", "W", "X", "I")
 PLAN_EVENTS = ("committed", "resumed", "succeeded", "failed", "replaced", "unfinished")
-LLM_PURPOSES = ("plan", "interrupt", "message", "proposal", "commitment")
-MESSAGE_KINDS = ("proposal", "commitment")
-FACE_NAMES = ("up", "down", "left", "right")
-TASK_KEY = re.compile(r"^(0|[1-9]\d*):(up|down|left|right)$")
+# A negotiation message's kind is the purpose of the decision that sent it.
+MESSAGE_KINDS = CHOICE_PURPOSES
+TASK_KEY = re.compile(rf"^(0|[1-9]\d*):({'|'.join(FACE_NAMES)})$")
 BLOCK_KEY = re.compile(r"^(0|[1-9]\d*)$")
-# What an error message quotes of a bad value, at most.
-EXCERPT = 80
-
-
-def agent_name(i: int) -> str:
-    """The trace name of agent ``i``: ``agent_i``."""
-    return f"agent_{i}"
 
 
 class RecordRuleError(Exception):
@@ -53,10 +46,6 @@ class RecordRuleError(Exception):
     def __init__(self, key: str, message: str):
         self.key = key
         super().__init__(message)
-
-
-def _excerpt(text: str) -> str:
-    return text if len(text) <= EXCERPT else text[:EXCERPT] + "..."
 
 
 # --- field types ---------------------------------------------------------------------------------
@@ -82,6 +71,43 @@ class LayoutInfo(msgspec.Struct, forbid_unknown_fields=True, gc=False):
     t: NonNegativeInt
     agents: List[Cell]
     blocks: List[BlockRow]
+
+
+class Outcome(msgspec.Struct, gc=False):
+    """How an episode ended, declared once: the ``end`` record carries these keys, and the
+    runtime's result, the world model's episodes and the analytics read them through this
+    type (LLM.md section 5, under ``end``)."""
+
+    steps: NonNegativeInt
+    terminated: bool
+    truncated: bool
+    reason: str
+    blocks_delivered: NonNegativeInt
+    blocks_total: NonNegativeInt
+    weight_delivered: NonNegativeInt
+    weight_total: NonNegativeInt
+
+    @classmethod
+    def of(cls, source: Any) -> "Outcome":
+        """The outcome fields of any object that has them (an ``end`` record or a view of
+        one, a result, a world model's episode), as an :class:`Outcome`."""
+        return cls(**{key: getattr(source, key) for key in OUTCOME_KEYS})
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {key: getattr(self, key) for key in OUTCOME_KEYS}
+
+
+_OUTCOME_FIELDS = msgspec.structs.fields(Outcome)
+OUTCOME_KEYS = tuple(f.name for f in _OUTCOME_FIELDS)
+# The counts of an outcome (its integer keys): what an interrupted trace reports as they stood.
+OUTCOME_COUNTS = tuple(f.name for f in _OUTCOME_FIELDS if f.type == NonNegativeInt)
+
+
+def outcome_fields() -> List[Tuple[str, Any]]:
+    """The outcome's keys with their types, for :func:`msgspec.defstruct`: how a type that
+    holds an outcome among other keys (the ``end`` record, the world model file's episode
+    entries) declares them without listing them again."""
+    return [(f.name, f.type) for f in _OUTCOME_FIELDS]
 
 
 class TaskCounts(msgspec.Struct, frozen=True, gc=False):
@@ -167,7 +193,7 @@ class StepRecord(TraceRecord, tag="step"):
         for key in self.tasks:
             if not TASK_KEY.match(key):
                 raise RecordRuleError(
-                    "tasks", f"task key {_excerpt(key)!r} is not '<block>:<face>' with face up, down, left or right")
+                    "tasks", f"task key {excerpt(key)!r} is not '<block>:<face>' with face up, down, left or right")
 
 
 class NegotiationRecord(TraceRecord, tag="negotiation"):
@@ -185,21 +211,15 @@ class NegotiationRecord(TraceRecord, tag="negotiation"):
         for key in ("proposals", "commitments", "allocation"):
             outside = [name for name in getattr(self, key) if name not in members]
             if outside:
-                raise RecordRuleError(key, f"{_excerpt(outside[0])!r} is not a member of the room")
+                raise RecordRuleError(key, f"{excerpt(outside[0])!r} is not a member of the room")
         for block in self.team_sizes:
             if not BLOCK_KEY.match(block):
-                raise RecordRuleError("team_sizes", f"key {_excerpt(block)!r} is not a block id")
+                raise RecordRuleError("team_sizes", f"key {excerpt(block)!r} is not a block id")
 
 
-class EndRecord(TraceRecord, tag="end"):
-    terminated: bool
-    truncated: bool
-    reason: str
-    steps: NonNegativeInt
-    blocks_delivered: NonNegativeInt
-    blocks_total: NonNegativeInt
-    weight_delivered: NonNegativeInt
-    weight_total: NonNegativeInt
+# The last record: the episode's outcome (:class:`Outcome`), stamped with ``t`` and ``wall``.
+EndRecord = msgspec.defstruct("EndRecord", outcome_fields(), bases=(TraceRecord,), tag="end", tag_field="type",
+                              gc=False, module=__name__)
 
 
 RECORD_CLASSES: Dict[str, type] = {
@@ -217,9 +237,16 @@ def required_keys(record_type: str) -> frozenset:
     return frozenset(f.encode_name for f in fields if f.required) | {"type"}
 
 
-def record_views(keys: Mapping[str, Sequence[str]], prefix: str = "") -> Dict[str, type]:
+class _StepOnly(msgspec.Struct, tag_field="type", gc=False):
+    """The base of views that keep no clock reading (``record_views(..., wall=False)``)."""
+
+    t: NonNegativeInt
+
+
+def record_views(keys: Mapping[str, Sequence[str]], prefix: str = "", *, wall: bool = True) -> Dict[str, type]:
     """Light record types that hold only some keys: ``keys`` maps a record type to the keys
-    to keep (``t`` and ``wall`` are always kept), each with the type declared above.
+    to keep (``t`` is always kept, and ``wall`` unless ``wall=False``, for readers that take
+    records without clock readings), each with the type declared above.
 
     Decoding into a view skips the keys it leaves out without building Python objects for
     them (a step record's positions and rewards are most of a trace) and checks the kept
@@ -242,14 +269,15 @@ def record_views(keys: Mapping[str, Sequence[str]], prefix: str = "") -> Dict[st
                 continue
             field = fields[key]
             spec.append((key, field.type) if field.required else (key, field.type, field.default))
-        views[record_type] = msgspec.defstruct(f"{prefix}{full.__name__}View", spec, bases=(TraceRecord,),
+        views[record_type] = msgspec.defstruct(f"{prefix}{full.__name__}View", spec,
+                                               bases=(TraceRecord if wall else _StepOnly,),
                                                tag=record_type, tag_field="type", gc=False,
                                                module=__name__)
     return views
 
 
 __all__ = ["AgentInfo", "AnyRecord", "BLOCK_KEY", "EXCERPT", "EndRecord", "EpisodeRecord", "FACE_NAMES", "LLMRecord",
-           "LLM_PURPOSES", "LayoutInfo", "MESSAGE_KINDS", "MessageRecord", "NegotiationRecord", "PLAN_EVENTS",
-           "PlanRecord", "RECORD_CLASSES", "RECORD_TYPES", "RecordRuleError", "SCHEMA_VERSION", "STAGES",
-           "StageRecord", "StepRecord", "TASK_KEY", "TaskCounts", "TraceRecord", "agent_name", "record_views",
-           "required_keys"]
+           "LLM_PURPOSES", "LayoutInfo", "MESSAGE_KINDS", "MessageRecord", "NegotiationRecord", "OUTCOME_COUNTS",
+           "OUTCOME_KEYS", "Outcome", "PLAN_EVENTS", "PlanRecord", "RECORD_CLASSES", "RECORD_TYPES", "RecordRuleError",
+           "SCHEMA_VERSION", "STAGES", "StageRecord", "StepRecord", "TASK_KEY", "TaskCounts", "TraceRecord", "agent_name",
+           "outcome_fields", "record_views", "required_keys"]

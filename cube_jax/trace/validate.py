@@ -26,7 +26,8 @@ from typing import IO, Any, Iterable, List, Optional, Tuple, Union
 
 import msgspec
 
-from cube_jax.trace.records import EXCERPT, RECORD_CLASSES, RECORD_TYPES, RecordRuleError
+from cube_jax.names import excerpt
+from cube_jax.trace.records import RECORD_CLASSES, RECORD_TYPES, RecordRuleError
 
 Source = Union[str, os.PathLike, IO[str]]
 
@@ -53,10 +54,6 @@ class TraceError(ValueError):
         self.source = source
         self.problem = problem
         super().__init__(f"{source}: {problem}")
-
-
-def _excerpt(text: str) -> str:
-    return text if len(text) <= EXCERPT else text[:EXCERPT] + "..."
 
 
 # --- one record ----------------------------------------------------------------------------------
@@ -116,7 +113,7 @@ def locate(text: str, record: Any, cls: type) -> Tuple[Optional[str], str]:
         keys.append(unknown.group(1))
         message = "unknown key"
     elif message.startswith("Expected") and value is not msgspec.UNSET and not isinstance(value, (dict, list)):
-        message = f"{message}: {_excerpt(json.dumps(value, ensure_ascii=False))}"
+        message = f"{message}: {excerpt(json.dumps(value, ensure_ascii=False))}"
     return ".".join(keys) or None, message
 
 
@@ -204,12 +201,12 @@ class _Rules:
     def _names(self, number: int, record: dict) -> Optional[TraceProblem]:
         for key in ("agent", "sender"):
             if key in record and record[key] not in self.agents:
-                return TraceProblem(number, key, f"unknown agent {_excerpt(str(record[key]))!r}")
+                return TraceProblem(number, key, f"unknown agent {excerpt(str(record[key]))!r}")
         # a negotiation's proposals, commitments and allocation name room members only
         key = _NAME_LISTS.get(record["type"])
         for name in record[key] if key else ():
             if name not in self.agents:
-                return TraceProblem(number, key, f"unknown agent {_excerpt(str(name))!r}")
+                return TraceProblem(number, key, f"unknown agent {excerpt(str(name))!r}")
         return None
 
     def _step(self, number: int, record: dict) -> Optional[TraceProblem]:
@@ -232,12 +229,12 @@ def parse_line(number: int, text: str) -> Tuple[Optional[dict], Optional[TracePr
         record = msgspec.json.decode(text)
     except msgspec.DecodeError as err:
         reason = str(err).removeprefix("JSON is malformed: ")
-        return None, TraceProblem(number, None, f"not JSON ({reason}): {_excerpt(text)!r}")
+        return None, TraceProblem(number, None, f"not JSON ({reason}): {excerpt(text)!r}")
     if not isinstance(record, dict):
         return None, TraceProblem(number, None, f"a record must be a JSON object, got {type(record).__name__}")
     kind = record.get("type")
     if not isinstance(kind, str) or kind not in RECORD_CLASSES:
-        return None, TraceProblem(number, "type", f"unknown record type {_excerpt(repr(kind))}; types are {RECORD_TYPES}")
+        return None, TraceProblem(number, "type", f"unknown record type {excerpt(repr(kind))}; types are {RECORD_TYPES}")
     return record, None
 
 

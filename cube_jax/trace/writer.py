@@ -24,11 +24,8 @@ import time
 from pathlib import Path
 from typing import IO, Callable, Dict, Optional, Union
 
-from cube_jax.trace.records import RECORD_CLASSES, RECORD_TYPES
+from cube_jax.trace.records import OUTCOME_COUNTS, RECORD_CLASSES, RECORD_TYPES
 from cube_jax.trace.validate import TraceError, record_problem
-
-# The outcome counts an ``end`` record carries besides its flags and reason.
-OUTCOME_KEYS = ("steps", "blocks_delivered", "blocks_total", "weight_delivered", "weight_total")
 
 
 def _json_safe(value):
@@ -102,11 +99,15 @@ class TraceWriter:
             self.ended = True
         return record
 
-    def end(self, t: int, *, terminated: bool, truncated: bool, reason: str, steps: int, blocks_delivered: int,
-            blocks_total: int, weight_delivered: int, weight_total: int, **extra) -> dict:
+    def end(self, t: int, *, terminated: bool, truncated: bool, reason: str, **counts) -> dict:
+        """Writes the ``end`` record: the flags, the reason and every outcome count
+        (:data:`~cube_jax.trace.OUTCOME_COUNTS`, each required), then any extra keys."""
+        missing = [key for key in OUTCOME_COUNTS if key not in counts]
+        if missing:
+            raise TypeError(f"trace: an end record needs the outcome counts {missing}")
+        outcome = {key: int(counts.pop(key)) for key in OUTCOME_COUNTS}
         return self.write("end", t, terminated=bool(terminated), truncated=bool(truncated), reason=str(reason),
-                          steps=int(steps), blocks_delivered=int(blocks_delivered), blocks_total=int(blocks_total),
-                          weight_delivered=int(weight_delivered), weight_total=int(weight_total), **extra)
+                          **outcome, **counts)
 
     def abort(self, reason: str, **end_fields) -> None:
         """Ends an interrupted trace: an ``end`` record, truncated, with ``reason``.
@@ -115,7 +116,7 @@ class TraceWriter:
         """
         if self.ended:
             return
-        counts = {key: int(end_fields.get(key, 0)) for key in OUTCOME_KEYS}
+        counts = {key: int(end_fields.get(key, 0)) for key in OUTCOME_COUNTS}
         self.end(self.last_t, terminated=False, truncated=True, reason=reason, **counts)
 
     def close(self) -> None:

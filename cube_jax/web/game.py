@@ -32,7 +32,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Set
 from cube_jax.core.env import CubeEnv, layout
 from cube_jax.runtime import DEFAULT_DIRECTIVE_TIMEOUT, DEFAULT_MAX_PHASES, Episode, EpisodeResult, Limits
 from cube_jax.runtime.topologies import make_topology
-from cube_jax.trace import agent_name
+from cube_jax.names import agent_name
 from cube_jax import registry
 from cube_jax.teams import Member, parse_team, team_agents
 from cube_jax.web import protocol

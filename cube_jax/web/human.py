@@ -52,7 +52,7 @@ import numpy as np
 from cube_jax.agents.base import Agent, Decision, DecisionContext, OutgoingMessage, Plan, Purpose, idle_plan
 from cube_jax.core.types import ACTION_DELTAS
 from cube_jax.runtime import EpisodeEnded
-from cube_jax.trace import agent_name
+from cube_jax.names import agent_index, agent_name
 from cube_jax.symbolic.actions import PLAN_CHECK, PlanError, make_action, parse_plan, parse_plan_json
 from cube_jax.symbolic.vocabulary import DIRECTIONS
 from cube_jax.web.protocol import Key, OutgoingText, PlanInput, Resume, Say
@@ -125,7 +125,7 @@ def outgoing(ctx: DecisionContext, messages: Sequence[OutgoingText]) -> Tuple[Ou
             raise _refuse(f"the {ctx.topology.name} topology lets {ctx.name} send no message now", argument="messages")
         recipients: List[int] = []
         for name in message.to:
-            ids = allowed if name == "all" else [int(name.rpartition("_")[2])]
+            ids = allowed if name == "all" else [agent_index(name)]
             for i in ids:
                 if not 0 <= i < ctx.num_agents:
                     raise _refuse(f"message {k}: there is no {name} in a team of {ctx.num_agents}", argument="messages")

@@ -28,6 +28,7 @@ from typing import Annotated, Any, Dict, List, Literal, Optional, Tuple, Union
 
 import pydantic
 
+from cube_jax.names import excerpt
 from cube_jax.runtime import MAX_MESSAGE_CHARS
 
 # The largest text frame the server reads (the transport closes connections past 1 MiB).
@@ -165,7 +166,7 @@ AGENT_INPUTS = (Key, PlanInput, Resume, Say)
 
 def _excerpt(value: Any) -> str:
     text = value if isinstance(value, str) else json.dumps(value)
-    return repr(text if len(text) <= EXCERPT else text[:EXCERPT] + "...")
+    return repr(excerpt(text, EXCERPT))
 
 
 def _validation_error(kind: str, err: pydantic.ValidationError) -> str:

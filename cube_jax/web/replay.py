@@ -22,9 +22,11 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Tuple, Union
 
+import msgspec
+
 from cube_jax.core.generator import grid_size_for
 from cube_jax.core.scenario import load_scenario, named_scenarios
-from cube_jax.trace import TraceError, read_trace
+from cube_jax.trace import RECORD_TYPES, TraceError, read_trace, record_views
 
 logger = logging.getLogger(__name__)
 
@@ -32,10 +34,16 @@ logger = logging.getLogger(__name__)
 MAX_UPLOAD_BYTES = 32 * 1024 * 1024
 TIMELINE_CACHE = 16
 
+# What the grid side is read from: the world of the episode record and every step's positions.
+_KEYS = {kind: () for kind in RECORD_TYPES} | {"episode": ("env", "layout"), "step": ("agents", "blocks")}
+_VIEWS = record_views(_KEYS, prefix="Replay")
+_Record = Union[tuple(_VIEWS.values())]
+
 
 def grid_size(records: List[dict]) -> Tuple[int, bool]:
     """(the grid side of the trace's world, whether it was inferred from positions)."""
-    env = records[0].get("env") or {}
+    typed = msgspec.convert(records, List[_Record])
+    env = typed[0].env
     n = env.get("n")
     if isinstance(n, int) and not isinstance(n, bool) and 1 <= n <= 4096:
         return grid_size_for(n), False
@@ -43,12 +51,12 @@ def grid_size(records: List[dict]) -> Tuple[int, bool]:
     if isinstance(scenario, str) and scenario in named_scenarios():
         return int(load_scenario(scenario).grid_size), False
     side = 1
-    for record in records:
-        if record["type"] in ("episode", "step"):
-            world = record["layout"] if record["type"] == "episode" else record
-            for r, c in world["agents"]:
+    for record in typed:
+        if type(record) in (_VIEWS["episode"], _VIEWS["step"]):
+            world = record.layout if type(record) is _VIEWS["episode"] else record
+            for r, c in world.agents:
                 side = max(side, r + 1, c + 1)
-            for r, c, w, alive in world["blocks"]:
+            for r, c, w, alive in world.blocks:
                 # an alive block never touches the goal column, the last one
                 side = max(side, r + w, c + w + (1 if alive else 0))
     return side, True

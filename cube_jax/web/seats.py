@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Dict, List, Optional, Sequence
 
 from cube_jax.symbolic.actions import PlanError
-from cube_jax.trace import agent_name
+from cube_jax.names import agent_index, agent_name
 from cube_jax.web import protocol
 from cube_jax.web.human import HumanAgent, TurnListener, turn_info
 
@@ -31,7 +31,7 @@ class Seats(TurnListener):
         """The agent ids of ``names``, or None after an error reply (no such agent, not human)."""
         hub, ids = self.hub, []
         for name in names:
-            i = int(name.rpartition("_")[2])
+            i = agent_index(name)
             if i >= hub.env.num_agents:
                 hub.reply(client, request, "error", error=f"there is no {name}: the team has {hub.env.num_agents} "
                                                            "agents")
@@ -81,7 +81,7 @@ class Seats(TurnListener):
     def agent_input(self, client: "Client", message) -> None:
         """A move, plan or message for a human agent, from the page holding its seat."""
         hub, game = self.hub, self.hub.game
-        i = int(message.agent.rpartition("_")[2])
+        i = agent_index(message.agent)
         if self.held.get(i) != client.id:
             holder = "nobody" if i not in self.held else "another page"
             hub.reply(client, message, "refused", agent=message.agent,

@@ -11,7 +11,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
-from cube_jax.worldmodel import render
+from cube_jax.worldmodel import render, store
+from cube_jax.worldmodel.errors import WorldMismatchError, WorldModelError
 from cube_jax.worldmodel.outcomes import (
     ARROW,
     Attempt,
@@ -25,15 +26,6 @@ from cube_jax.worldmodel.outcomes import (
 )
 from cube_jax.worldmodel.render import LIBRARY_INSTANCES, LIBRARY_PROTOTYPES
 from cube_jax.worldmodel.stats import PlanStats, TaskStats, plan_stats, ranking_key, task_stats
-
-
-
-class WorldModelError(ValueError):
-    """A world model that cannot be used: a file that is not one, or input it cannot take."""
-
-
-class WorldMismatchError(WorldModelError):
-    """A world model of one world given the traces or the file of another."""
 
 
 @dataclasses.dataclass
@@ -175,21 +167,15 @@ class WorldModel:
         """The world model in ``path`` (an empty one for ``env`` when the file is missing).
         :class:`WorldMismatchError` when the file is of another world than ``env``;
         :class:`WorldModelError` naming the path and the problem when it is not a world model."""
-        from cube_jax.worldmodel.store import load
-
-        return load(path, env)
+        return store.load(path, env, model_type=cls)
 
     def save(self, path) -> None:
         """Writes the model to ``path`` atomically: a complete old file or a complete new one."""
-        from cube_jax.worldmodel.store import save
-
-        save(self, path)
+        store.save(self, path)
 
     def to_json(self) -> str:
         """The file's text: the same model gives the same bytes."""
-        from cube_jax.worldmodel.store import to_json
-
-        return to_json(self)
+        return store.to_json(self)
 
     # --- queries -------------------------------------------------------------------------------
 

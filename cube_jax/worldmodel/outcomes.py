@@ -27,7 +27,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import msgspec
 
-from cube_jax.trace import record_views
+from cube_jax.trace import OUTCOME_KEYS, Outcome, record_views
 
 # The spec that makes a plan an attempt at a task, and how a task is named.
 TASK_SPEC = re.compile(r"^push_block\(block#(0|[1-9]\d*)\)$")
@@ -78,21 +78,13 @@ class Attempt:
         return tuple(action_name(a) for a in self.actions)
 
 
-@dataclasses.dataclass(frozen=True)
-class EpisodeNode:
-    """One episode of the world model: its outcome and when each block was delivered."""
+class EpisodeNode(Outcome, frozen=True, kw_only=True):
+    """One episode of the world model: its :class:`~cube_jax.trace.Outcome` and when each
+    block was delivered."""
 
     index: int
     seed: int
     topology: str
-    steps: int
-    terminated: bool
-    truncated: bool
-    reason: str
-    blocks_delivered: int
-    blocks_total: int
-    weight_delivered: int
-    weight_total: int
     completion: Mapping[int, int]  # block id -> t of the step record that delivered it
     digest: str  # identifies the trace's content, so that one trace is never added twice
 
@@ -120,8 +112,7 @@ _KEYS = {
     "llm": (),
     "step": ("delivered",),
     "negotiation": (),
-    "end": ("terminated", "truncated", "reason", "steps", "blocks_delivered", "blocks_total", "weight_delivered",
-            "weight_total"),
+    "end": OUTCOME_KEYS,
 }
 _VIEWS = record_views(_KEYS, prefix="WorldModel")
 _Record = Union[tuple(_VIEWS.values())]
@@ -140,11 +131,8 @@ def read_episode(records: Sequence[Mapping[str, Any]], index: int = 0) -> Episod
     header, end = views[0], views[-1]
     completion = _completion(views)
     attempts = _attempts(views, completion, end.t, index)
-    episode = EpisodeNode(index=index, seed=header.seed, topology=header.topology, steps=end.steps,
-                      terminated=end.terminated, truncated=end.truncated, reason=end.reason,
-                      blocks_delivered=end.blocks_delivered, blocks_total=end.blocks_total,
-                      weight_delivered=end.weight_delivered, weight_total=end.weight_total,
-                      completion=completion, digest=trace_digest(records))
+    episode = EpisodeNode(index=index, seed=header.seed, topology=header.topology, **Outcome.of(end).to_dict(),
+                          completion=completion, digest=trace_digest(records))
     weights = {b: row[2] for b, row in enumerate(header.layout.blocks)}
     return EpisodeReading(world=dict(header.env), weights=weights, episode=episode, attempts=tuple(attempts))
 

@@ -12,19 +12,25 @@ text, episodes and attempts in the order they were added, no clock readings), so
 traces added in the same order always give the same bytes. :func:`save` writes a
 temporary file in the same folder, flushes it to disk and renames it over the old one: an
 interrupted save leaves the previous complete file.
+
+The functions take the model as an argument (and, to read, the type to build), so that
+this module needs nothing of :mod:`~cube_jax.worldmodel.model`, which reads and writes its
+file through it.
 """
 from __future__ import annotations
 
 import dataclasses
 import json
 from pathlib import Path
-from typing import Annotated, Any, Dict, List, Literal, Mapping, Optional, Tuple
+from typing import Annotated, Any, Dict, List, Literal, Mapping, Optional, Tuple, Type
 
 import msgspec
 from msgspec import Meta
 
 from cube_jax.files import write_atomic
-from cube_jax.worldmodel.model import WorldMismatchError, WorldModel, WorldModelError
+from cube_jax.names import excerpt
+from cube_jax.trace import Outcome, outcome_fields
+from cube_jax.worldmodel.errors import WorldMismatchError, WorldModelError
 from cube_jax.worldmodel.outcomes import Attempt, EpisodeNode, world_name
 
 FORMAT = "cube_jax.worldmodel"
@@ -72,21 +78,13 @@ class TaskEntry(_Entry):
     prototypes: List[PrototypeEntry]
 
 
-class EpisodeEntry(_Entry):
-    id: str
-    index: NonNegativeInt
-    seed: int
-    topology: str
-    steps: NonNegativeInt
-    terminated: bool
-    truncated: bool
-    reason: str
-    blocks_delivered: NonNegativeInt
-    blocks_total: NonNegativeInt
-    weight_delivered: NonNegativeInt
-    weight_total: NonNegativeInt
-    completion: Dict[str, NonNegativeInt]
-    trace: str
+# An episode: its id and index, the trace's seed and topology, its outcome (the keys of
+# cube_jax.trace.Outcome), when each block was delivered and the trace's digest.
+EpisodeEntry = msgspec.defstruct(
+    "EpisodeEntry",
+    [("id", str), ("index", NonNegativeInt), ("seed", int), ("topology", str), *outcome_fields(),
+     ("completion", Dict[str, NonNegativeInt]), ("trace", str)],
+    bases=(_Entry,), module=__name__)
 
 
 class ModelFile(_Entry):
@@ -103,28 +101,26 @@ _DECODER = msgspec.json.Decoder(ModelFile)
 # --- writing -------------------------------------------------------------------------------------
 
 
-def to_builtins(model: WorldModel) -> Dict[str, Any]:
+def to_builtins(model) -> Dict[str, Any]:
     """The file's content as plain JSON values."""
     return {"format": FORMAT, "version": VERSION, "world": model.world,
             "episodes": [_episode(e) for e in model.episodes],
             "tasks": [_task(model.tasks[block]) for block in sorted(model.tasks)]}
 
 
-def to_json(model: WorldModel) -> str:
+def to_json(model) -> str:
     return json.dumps(to_builtins(model), sort_keys=True, indent=1, ensure_ascii=False, allow_nan=False) + "\n"
 
 
-def save(model: WorldModel, path) -> None:
+def save(model, path) -> None:
     """Writes ``model`` to ``path`` atomically (see the module docstring)."""
     write_atomic(path, to_json(model))
 
 
 def _episode(e: EpisodeNode) -> Dict[str, Any]:
-    return {"id": f"episode#{e.index}", "index": e.index, "seed": e.seed, "topology": e.topology, "steps": e.steps,
-            "terminated": e.terminated, "truncated": e.truncated, "reason": e.reason,
-            "blocks_delivered": e.blocks_delivered, "blocks_total": e.blocks_total,
-            "weight_delivered": e.weight_delivered, "weight_total": e.weight_total,
-            "completion": {str(b): t for b, t in sorted(e.completion.items())}, "trace": e.digest}
+    return {"id": f"episode#{e.index}", "index": e.index, "seed": e.seed, "topology": e.topology,
+            **Outcome.of(e).to_dict(), "completion": {str(b): t for b, t in sorted(e.completion.items())},
+            "trace": e.digest}
 
 
 def _task(task) -> Dict[str, Any]:
@@ -156,20 +152,21 @@ def _stats(stats) -> Dict[str, Any]:
 # --- reading -------------------------------------------------------------------------------------
 
 
-def load(path, env: Optional[Mapping[str, Any]] = None) -> WorldModel:
-    """The world model in ``path``; an empty one of world ``env`` when there is no file.
+def load(path, env: Optional[Mapping[str, Any]] = None, *, model_type: Type):
+    """The world model (of ``model_type``, built as ``model_type(world)``) in ``path``; an
+    empty one of world ``env`` when there is no file.
     :class:`WorldMismatchError` when the file is of another world than ``env``, naming
     both; :class:`WorldModelError` naming the path and the problem for anything else."""
     path = Path(path)
     if not path.exists():
-        return WorldModel(env)
+        return model_type(env)
     if path.is_dir():
         raise WorldModelError(f"{path}: is a folder, not a world model file")
     try:
         data = path.read_bytes()
     except OSError as err:
         raise WorldModelError(f"{path}: cannot be read: {err.strerror}") from None
-    model = from_json(data, str(path))
+    model = from_json(data, str(path), model_type=model_type)
     if env is not None:
         if model.world is None:
             model.world = dict(env)
@@ -181,8 +178,9 @@ def load(path, env: Optional[Mapping[str, Any]] = None) -> WorldModel:
     return model
 
 
-def from_json(data: bytes, source: str = "<world model>") -> WorldModel:
-    """The model a file's bytes hold; :class:`WorldModelError` naming ``source`` otherwise."""
+def from_json(data: bytes, source: str = "<world model>", *, model_type: Type):
+    """The model (of ``model_type``) a file's bytes hold; :class:`WorldModelError` naming
+    ``source`` otherwise."""
     def refuse(problem: str) -> WorldModelError:
         return WorldModelError(f"{source}: not a valid world model file: {problem}")
 
@@ -195,15 +193,13 @@ def from_json(data: bytes, source: str = "<world model>") -> WorldModel:
     except msgspec.DecodeError as err:
         reason = " ".join(str(err).split()).removeprefix("JSON is malformed: ")
         raise refuse(f"not JSON ({reason[:1].lower() + reason[1:]})") from None
-    model = WorldModel(content.world)
+    model = model_type(content.world)
     for position, entry in enumerate(content.episodes):
         if entry.index != position:
             raise refuse(f"episodes[{position}] has index {entry.index}")
-        model.episodes.append(EpisodeNode(index=entry.index, seed=entry.seed, topology=entry.topology, steps=entry.steps,
-                                      terminated=entry.terminated, truncated=entry.truncated, reason=entry.reason,
-                                      blocks_delivered=entry.blocks_delivered, blocks_total=entry.blocks_total,
-                                      weight_delivered=entry.weight_delivered, weight_total=entry.weight_total,
-                                      completion=_completion(entry, position, refuse), digest=entry.trace))
+        model.episodes.append(EpisodeNode(index=entry.index, seed=entry.seed, topology=entry.topology,
+                                          **Outcome.of(entry).to_dict(),
+                                          completion=_completion(entry, position, refuse), digest=entry.trace))
     for t, task in enumerate(content.tasks):
         model.task(task.block).weight = task.weight
         for p, prototype in enumerate(task.prototypes):
@@ -222,7 +218,7 @@ def from_json(data: bytes, source: str = "<world model>") -> WorldModel:
     return model
 
 
-def _completion(entry: EpisodeEntry, position: int, refuse) -> Dict[int, int]:
+def _completion(entry, position: int, refuse) -> Dict[int, int]:
     completion = {}
     for key, t in entry.completion.items():
         if not key.isdigit() or key != str(int(key)):
@@ -258,8 +254,7 @@ def _first_difference(found: Any, expected: Any, where: str = "") -> Optional[Tu
 
 
 def _short(value: Any) -> str:
-    text = json.dumps(value, ensure_ascii=False)
-    return text if len(text) <= 80 else text[:80] + "..."
+    return excerpt(json.dumps(value, ensure_ascii=False))
 
 
 __all__ = ["FORMAT", "VERSION", "from_json", "load", "save", "to_builtins", "to_json"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Dict, List, Optional, Protocol, Sequence
 
 from cube_jax.agents.base import Decision, NegotiationView, Plan, Purpose
+from cube_jax.names import agent_name
 from cube_jax.runtime.phase import Phase, gather_all
 from cube_jax.runtime.topologies.base import Topology
 from cube_jax.symbolic.actions import make_action
@@ -105,7 +106,7 @@ class Room:
         for i in self.members:
             block = self.commitments[i]
             if block is None:
-                self.phase.assign(i, Plan(f"no_task(agent_{i})", (make_action("idle", 1),)))
+                self.phase.assign(i, Plan(f"no_task({agent_name(i)})", (make_action("idle", 1),)))
             elif i not in allocation:
                 count = min(self.weights[block], self.phase.num_agents)
                 self.phase.assign(i, Plan(f"quorum_wait(block#{block})",
