@@ -569,7 +569,7 @@ def render_threads(threads: dict) -> str:
 
 
 # The tile size on a CPU: the step rules at TILE_CASES in tiles of each size against one piece,
-# every n tiled (TILE_MIN_AGENTS set to 1) so that the rows below dynamics.TILE_MIN_AGENTS show
+# every n tiled (TILE_MIN_AGENTS set to 1) so that the rows below batching.TILE_MIN_AGENTS show
 # what tiles would cost them.
 TILE_CASES = ((4, 4096), (8, 4096), (16, 4096), (32, 1024), (64, 1024), (256, 4096))
 TILE_SETTINGS = (0, 2048, 8192, 32768)  # agent slots per tile; 0: the whole batch in one piece
@@ -580,19 +580,19 @@ def tiles_child(rounds: int) -> dict:
     of TILE_SETTINGS, all compiled in this process (the tile size is read when the step is
     traced, so JAX's caches are cleared between sizes) and timed in ``rounds`` rounds: in each,
     every size right after one piece, the order of the sizes alternating from round to round."""
-    from cube_jax.core import dynamics
+    from cube_jax.core import batching
 
-    saved = dynamics.TILE_ELEMENTS, dynamics.TILE_MIN_AGENTS
-    dynamics.TILE_MIN_AGENTS = 1
+    saved = batching.TILE_ELEMENTS, batching.TILE_MIN_AGENTS
+    batching.TILE_MIN_AGENTS = 1
     rows = []
     try:
         for n, e in TILE_CASES:
             built = {}
             for elements in TILE_SETTINGS:
-                dynamics.TILE_ELEMENTS = elements or 1 << 40
+                batching.TILE_ELEMENTS = elements or 1 << 40
                 jax.clear_caches()
                 case = built[elements] = dynamics_case(n, e, sweep_steps(n, e))
-                case.row["tile_envs"] = dynamics._env_tile(n, e)
+                case.row["tile_envs"] = batching.env_tile(n, e)
                 # compiled ahead of time: clearing the caches would send the jitted function
                 # back to tracing, with the next size
                 case.fn = case.fn.lower(*case.args).compile()
@@ -608,7 +608,7 @@ def tiles_child(rounds: int) -> dict:
                 for el in TILE_SETTINGS[1:]]})
             print(f"  tiles n={n} envs={e} done", flush=True)
     finally:
-        dynamics.TILE_ELEMENTS, dynamics.TILE_MIN_AGENTS = saved
+        batching.TILE_ELEMENTS, batching.TILE_MIN_AGENTS = saved
         jax.clear_caches()
     return {"rows": rows}
 
@@ -616,11 +616,11 @@ def tiles_child(rounds: int) -> dict:
 def bench_tiles(rounds: int) -> dict:
     """The tile sizes against one piece, in pairs timed back to back in one fresh process
     (:func:`tiles_child`); per case and size the median of the pairs' ratios."""
-    from cube_jax.core import dynamics
+    from cube_jax.core import batching
 
     rows = _child(f"tiles_child({rounds})")["rows"]
-    return {"method": "pairs in one process", "rounds": rounds, "default_elements": dynamics.TILE_ELEMENTS,
-            "default_min_agents": dynamics.TILE_MIN_AGENTS, "rows": rows}
+    return {"method": "pairs in one process", "rounds": rounds, "default_elements": batching.TILE_ELEMENTS,
+            "default_min_agents": batching.TILE_MIN_AGENTS, "rows": rows}
 
 
 def render_tiles(tiles: dict) -> str:
