@@ -92,34 +92,39 @@ def profile_step(n: int, envs: int, rounds: int) -> list:
 
     import cube_jax
     from cube_jax.core import dynamics as D
+    from cube_jax.core import push as P
+    from cube_jax.core.batching import env_last
+    from cube_jax.core.bodies import Bodies, Marks, Orders
+    from cube_jax.core.movement import movement_phase, movement_phase_folded
 
     env = cube_jax.make(n=n, observation="egocentric")
     cfg = env.cfg
     state = _visited(env, envs)
     lead = state.t.shape
-    pos, bpos = D.env_last(state.agent_pos, lead, 2), D.env_last(state.block_pos, lead, 2)
+    pos, bpos = env_last(state.agent_pos, lead, 2), env_last(state.block_pos, lead, 2)
     ar, ac, br, bc = pos[:, 0], pos[:, 1], bpos[:, 0], bpos[:, 1]
-    w, alive = D.env_last(state.block_weight, lead, 1), D.env_last(state.block_alive, lead, 1)
+    w, alive = env_last(state.block_weight, lead, 1), env_last(state.block_alive, lead, 1)
     actions = jax.random.randint(jax.random.PRNGKey(99), (n, envs), 0, 5)
-    engaged, moved = jax.numpy.zeros(ar.shape, bool), jax.numpy.zeros(br.shape, bool)
+    bodies = Bodies(ar, ac, br, bc, w, alive)
+    marks = Marks.none(ar.shape, br.shape)
     keep = jax.numpy.array(True)
-    push = D.push_phase_folded if br.shape[0] <= D.FOLD_MAX_BLOCKS else D.push_phase
-    movement = D.movement_phase_folded if n <= D.FOLD_MAX_AGENTS else D.movement_phase
+    push = P.push_phase_folded if br.shape[0] <= D.FOLD_MAX_BLOCKS else P.push_phase
+    movement = movement_phase_folded if n <= D.FOLD_MAX_AGENTS else movement_phase
     right = 4
-    phase_args = (actions, ar, ac, br, bc, w, alive, engaged, moved)
-    if n > D.BITSET_MAX_AGENTS:
+    orders = Orders(actions)
+    if n > P.BITSET_MAX_AGENTS:
         # as step_kernel: the lines of pushers of all four phases counted once, handed to each phase
         count = ("count of pushers ahead, all four push phases",
-                 jax.jit(lambda r, c, a: D._pushers_ahead_all(r, c, a) + 1), (ar, ac, actions))
-        phase_args += (count[1](ar, ac, actions),)
+                 jax.jit(lambda r, c, a: P.pushers_ahead_all(r, c, a) + 1), (ar, ac, actions))
+        orders = Orders(actions, count[1](ar, ac, actions))
     else:
         count = ("count of pushers ahead, one push phase",
-                 jax.jit(lambda r, c, a: D._pushers_ahead(r, c, a == right, right)), (ar, ac, actions))
+                 jax.jit(lambda r, c, a: P.pushers_ahead(r, c, a == right, right)), (ar, ac, actions))
     pieces = [
         ("whole step", jax.jit(lambda *a: D.step_kernel(cfg, *a)), (ar, ac, br, bc, w, alive, actions)),
         count,
-        ("one push phase (RIGHT)", jax.jit(lambda *a: push(cfg, keep, right, *a)), phase_args),
-        ("movement phase", jax.jit(lambda *a: movement(cfg, keep, *a)), (actions, ar, ac, br, bc, w, alive, engaged)),
+        ("one push phase (RIGHT)", jax.jit(lambda o, b, m: push(cfg, keep, right, o, b, m)), (orders, bodies, marks)),
+        ("movement phase", jax.jit(lambda o, b, e: movement(cfg, keep, o, b, e)), (orders, bodies, marks.engaged)),
     ]
     label = f"step, n = {n} ({br.shape[0]} blocks), {envs} envs"
     return [{"group": label, "piece": name, "ms": _timed(fn, *args, rounds=rounds)} for name, fn, args in pieces]

@@ -7,6 +7,7 @@ Writes ``benchmarks/results/throughput.json`` with a heat map next to it
     nice -n 5 python benchmarks/throughput.py --doc                  # every default section
     python benchmarks/throughput.py --sections targets --out runs/t.json
     python benchmarks/throughput.py --quick                          # smoke check
+    python benchmarks/throughput.py --against 2086abb --out runs/a.json  # the working tree / 2086abb
 
 The machine this runs on is shared: every comparison is made of A/B *pairs*, A and B timed
 back to back, and the median of the pairs' ratios is reported; absolute rates (medians of
@@ -33,6 +34,9 @@ Sections (``--sections``, comma-separated; default all but tiles and device)
               (--ns, --sweep-envs override them) and the fresh-layout auto-reset loop at n = 4,
               --steps steps per call, best of --repeats rounds, with the device named
               (python benchmarks/throughput.py --sections device --out benchmarks/results/throughput_gpu.json)
+``--against REV`` (alone, or beside the sections asked for) times AGAINST_CASES (the step rules
+at n = 4 and n = 64, the fresh-layout auto-reset loop at n = 4; ``--against-envs`` envs) at the
+working tree and at the git revision REV, one process each, interleaved round by round.
 Memory is XLA's own estimate for the compiled rollout (arguments + outputs + temporaries).
 """
 from __future__ import annotations
@@ -569,7 +573,7 @@ def render_threads(threads: dict) -> str:
 
 
 # The tile size on a CPU: the step rules at TILE_CASES in tiles of each size against one piece,
-# every n tiled (TILE_MIN_AGENTS set to 1) so that the rows below dynamics.TILE_MIN_AGENTS show
+# every n tiled (TILE_MIN_AGENTS set to 1) so that the rows below batching.TILE_MIN_AGENTS show
 # what tiles would cost them.
 TILE_CASES = ((4, 4096), (8, 4096), (16, 4096), (32, 1024), (64, 1024), (256, 4096))
 TILE_SETTINGS = (0, 2048, 8192, 32768)  # agent slots per tile; 0: the whole batch in one piece
@@ -580,19 +584,19 @@ def tiles_child(rounds: int) -> dict:
     of TILE_SETTINGS, all compiled in this process (the tile size is read when the step is
     traced, so JAX's caches are cleared between sizes) and timed in ``rounds`` rounds: in each,
     every size right after one piece, the order of the sizes alternating from round to round."""
-    from cube_jax.core import dynamics
+    from cube_jax.core import batching
 
-    saved = dynamics.TILE_ELEMENTS, dynamics.TILE_MIN_AGENTS
-    dynamics.TILE_MIN_AGENTS = 1
+    saved = batching.TILE_ELEMENTS, batching.TILE_MIN_AGENTS
+    batching.TILE_MIN_AGENTS = 1
     rows = []
     try:
         for n, e in TILE_CASES:
             built = {}
             for elements in TILE_SETTINGS:
-                dynamics.TILE_ELEMENTS = elements or 1 << 40
+                batching.TILE_ELEMENTS = elements or 1 << 40
                 jax.clear_caches()
                 case = built[elements] = dynamics_case(n, e, sweep_steps(n, e))
-                case.row["tile_envs"] = dynamics._env_tile(n, e)
+                case.row["tile_envs"] = batching.env_tile(n, e)
                 # compiled ahead of time: clearing the caches would send the jitted function
                 # back to tracing, with the next size
                 case.fn = case.fn.lower(*case.args).compile()
@@ -608,7 +612,7 @@ def tiles_child(rounds: int) -> dict:
                 for el in TILE_SETTINGS[1:]]})
             print(f"  tiles n={n} envs={e} done", flush=True)
     finally:
-        dynamics.TILE_ELEMENTS, dynamics.TILE_MIN_AGENTS = saved
+        batching.TILE_ELEMENTS, batching.TILE_MIN_AGENTS = saved
         jax.clear_caches()
     return {"rows": rows}
 
@@ -616,11 +620,11 @@ def tiles_child(rounds: int) -> dict:
 def bench_tiles(rounds: int) -> dict:
     """The tile sizes against one piece, in pairs timed back to back in one fresh process
     (:func:`tiles_child`); per case and size the median of the pairs' ratios."""
-    from cube_jax.core import dynamics
+    from cube_jax.core import batching
 
     rows = _child(f"tiles_child({rounds})")["rows"]
-    return {"method": "pairs in one process", "rounds": rounds, "default_elements": dynamics.TILE_ELEMENTS,
-            "default_min_agents": dynamics.TILE_MIN_AGENTS, "rows": rows}
+    return {"method": "pairs in one process", "rounds": rounds, "default_elements": batching.TILE_ELEMENTS,
+            "default_min_agents": batching.TILE_MIN_AGENTS, "rows": rows}
 
 
 def render_tiles(tiles: dict) -> str:
@@ -642,6 +646,95 @@ def render_tiles(tiles: dict) -> str:
                     "pairs per size, the order of the sizes alternating; median of the pairs' ratios."
                     if paired else f"One process per tile size, best of {tiles['rounds']} rounds each; median "
                     f"of {tiles['pairs']} passes over the sizes."))
+    return "\n".join(lines)
+
+
+# --- against another revision --------------------------------------------------------------
+#
+# ``--against REV``: the cases of AGAINST_CASES built at the working tree and at REV, each in a
+# process of its own whose cube_jax is that revision's (REV's tracked files written to a
+# temporary folder) and whose cases are this file's code, then timed in rounds, one round of
+# one revision right after one of the other, which goes first alternating; per case the median
+# of the pairs' ratios (working tree / REV, rates).
+AGAINST_CASES = (("step rules", 4), ("step rules", 64), ("fresh-layout AutoResetWrapper, vector observations", 4))
+AGAINST_CALLS = 3  # a round's rate of a case: its best of this many calls back to back
+
+
+def against_cases(envs: int, steps: int) -> list:
+    cases = []
+    for loop, n in AGAINST_CASES:
+        if loop == "step rules":
+            case = dynamics_case(n, envs, sweep_steps(n, envs))
+        else:
+            case = training_case(n, envs, steps, "vector", 0)
+        case.row = {"case": f"{loop}, n = {n}, {envs} envs"}
+        cases.append(case)
+    return cases
+
+
+def serve_rounds(envs: int, steps: int) -> None:
+    """In a child process: builds the cases, says READY with their names, then times one round
+    (env-steps/s of every case, best of AGAINST_CALLS calls) for every line it reads."""
+    cases = against_cases(envs, steps)
+    for case in cases:
+        _seconds(case)  # the first call after compiling is not timed
+    print("READY " + json.dumps([case.row["case"] for case in cases]), flush=True)
+    for _ in sys.stdin:
+        best = [min(_seconds(case) for _ in range(AGAINST_CALLS)) for case in cases]
+        print("ROUND " + json.dumps([case.env_steps / s for case, s in zip(cases, best)]), flush=True)
+
+
+def _serving(tree: Path, envs: int, steps: int):
+    import subprocess
+
+    code = (f"import sys; sys.path.insert(0, {str(Path(__file__).resolve().parent)!r})\n"
+            f"import throughput; throughput.serve_rounds({envs}, {steps})\n")
+    return subprocess.Popen([sys.executable, "-c", code], cwd=tree, env=dict(os.environ, PYTHONPATH=str(tree)),
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+
+
+def _reply(proc, prefix: str):
+    for line in proc.stdout:
+        if line.startswith(prefix + " "):
+            return json.loads(line[len(prefix) + 1:])
+    raise RuntimeError(f"the child process ended before {prefix} (exit code {proc.wait()})")
+
+
+def bench_against(rev: str, envs: int, steps: int, pairs: int) -> dict:
+    import tempfile
+
+    from kernel_identity import commit_of, revision_tree
+
+    with tempfile.TemporaryDirectory(prefix="throughput_against_") as tmp:
+        trees = {"now": ROOT, "base": revision_tree(rev, Path(tmp))}
+        procs = {side: _serving(tree, envs, steps) for side, tree in trees.items()}
+        try:
+            names = [_reply(proc, "READY") for proc in procs.values()][0]
+            print(f"  compiled the cases at the working tree and at {rev}", flush=True)
+            rates = {"now": [], "base": []}
+            for i in range(pairs):
+                for side in (("now", "base") if i % 2 == 0 else ("base", "now")):
+                    procs[side].stdin.write("time\n")
+                    procs[side].stdin.flush()
+                    rates[side].append(_reply(procs[side], "ROUND"))
+        finally:
+            for proc in procs.values():
+                proc.stdin.close()
+                proc.wait()
+    rows = []
+    for j, name in enumerate(names):
+        now, base = [r[j] for r in rates["now"]], [r[j] for r in rates["base"]]
+        ratios = [a / b for a, b in zip(now, base)]
+        rows.append({"case": name, "now": _median(now), "base": _median(base), "x": _median(ratios), "x_pairs": ratios})
+    return {"rev": rev, "commit": commit_of(rev), "envs": envs, "pairs": pairs, "rows": rows}
+
+
+def render_against(against: dict) -> str:
+    lines = [f"| case | working tree, env-steps/s | {against['rev']} ({against['commit']}), env-steps/s | "
+             f"working tree / {against['rev']} (median of {against['pairs']} pairs) |", "| --- | --- | --- | --- |"]
+    for r in against["rows"]:
+        lines.append(f"| {r['case']} | {_fmt(r['now'])} | {_fmt(r['base'])} | **{r['x']:.3f}x** "
+                     f"({min(r['x_pairs']):.3f}-{max(r['x_pairs']):.3f}) |")
     return "\n".join(lines)
 
 
@@ -711,6 +804,8 @@ def render(data: dict) -> str:
     if "tiles" in data:
         parts += ["", "#### Tiles of environments on a CPU against one piece (step rules, agent-steps/s)", "",
                   render_tiles(data["tiles"])]
+    if "against" in data:
+        parts += ["", "#### Against another revision, interleaved", "", render_against(data["against"])]
     if "before" in data:
         parts += ["", "#### Before and after", "", render_before_after(data["before"], data)]
     return "\n".join(parts) + "\n"
@@ -796,8 +891,8 @@ SCRIPT = "benchmarks/throughput.py"
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="a small sweep (smoke check)")
-    parser.add_argument("--sections", default=",".join(DEFAULT_SECTIONS),
-                        help=f"comma-separated, of {SECTIONS} (default: all but device and tiles)")
+    parser.add_argument("--sections", help=f"comma-separated, of {SECTIONS} (default: all but device and tiles; "
+                        "none with --against)")
     parser.add_argument("--ns", type=_positive_ints, help="team sizes of the sweep (default SWEEP_NS)")
     parser.add_argument("--sweep-envs", type=_positive_ints, help="batch sizes of the sweep (default SWEEP_ENVS)")
     parser.add_argument("--steps", type=int, default=64, help="steps per timed rollout outside the sweep (default 64)")
@@ -805,6 +900,9 @@ def main(argv=None) -> int:
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "throughput.json")
     parser.add_argument("--before", type=Path, help="an earlier run's JSON, carried into this one for the "
                         "before/after table")
+    parser.add_argument("--against", metavar="REV", help="also time AGAINST_CASES at the working tree and at the git "
+                        "revision REV, interleaved (--repeats pairs, --against-envs envs)")
+    parser.add_argument("--against-envs", type=int, default=256, help="batch size of --against (default 256)")
     parser.add_argument("--doc", action="store_true", help="also rewrite the generated block of docs/performance.md")
     parser.add_argument("--compile-cache", type=Path, help="a directory for JAX's persistent compilation cache "
                         "(a second run of unchanged kernels then skips their compiles)")
@@ -814,6 +912,8 @@ def main(argv=None) -> int:
         jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
     if args.steps < 1 or args.repeats < 1:
         parser.error("--steps and --repeats must be >= 1")
+    if args.sections is None:
+        args.sections = "" if args.against else ",".join(DEFAULT_SECTIONS)
     sections = [s for s in args.sections.split(",") if s]
     if not set(sections) <= set(SECTIONS):
         parser.error(f"--sections: expected some of {SECTIONS}, got {args.sections!r}")
@@ -866,6 +966,10 @@ def main(argv=None) -> int:
     if "tiles" in sections:
         results["tiles"] = bench_tiles(3 if quick else 9)
         print(render_tiles(results["tiles"]))
+
+    if args.against:
+        results["against"] = bench_against(args.against, args.against_envs, steps, repeats)
+        print(render_against(results["against"]))
 
     results["machine"]["load_average_at_end"] = os.getloadavg()
     if args.before:

@@ -18,12 +18,12 @@ import random
 import numpy as np
 import pytest
 
-from cube_jax.core import dynamics
+from cube_jax.core import batching, dynamics, movement
 from tests import reference as ref
 from tests.test_dynamics_property import DIRECTIONS, choose_actions, compare_episode, place_agents, place_blocks
 
 K, N_AGENTS, N_BLOCKS = 22, 40, 70
-assert N_AGENTS > dynamics.FOLD_MAX_AGENTS and N_AGENTS > dynamics.FIXPOINT_MAX_AGENTS
+assert N_AGENTS > dynamics.FOLD_MAX_AGENTS and N_AGENTS > movement.FIXPOINT_MAX_AGENTS
 assert N_BLOCKS > dynamics.FOLD_MAX_BLOCKS
 TWO_WORDS = (16, 40, 40)  # K, agents, blocks: block sets of two words in the folded push phase
 assert 32 < TWO_WORDS[2] <= dynamics.FOLD_MAX_BLOCKS
@@ -121,8 +121,8 @@ def test_rotations_move(length, bystanders):
 
 @pytest.mark.parametrize("shape", [MANY_AGENTS_FEW_BLOCKS, MEDIUM], ids=["large-movement", "folded"])
 def test_large_batches_step_in_tiles_with_the_same_results(monkeypatch, shape):
-    # From dynamics.TILE_MIN_AGENTS agents on, a large batch steps in tiles of environments
-    # (dynamics.TILE_ELEMENTS agent slots each), under the large movement kernel (40 agents)
+    # From batching.TILE_MIN_AGENTS agents on, a large batch steps in tiles of environments
+    # (batching.TILE_ELEMENTS agent slots each), under the large movement kernel (40 agents)
     # and the folded one (24) alike; with tiles of 8 envs, a batch of 24 different worlds must
     # come out as it does in one piece.
     import jax
@@ -135,7 +135,7 @@ def test_large_batches_step_in_tiles_with_the_same_results(monkeypatch, shape):
         grid_size=world.K, agents=world.agents, blocks=[(r, c, w) for r, c, w, _ in world.blocks], max_steps=60))
     start, _ = env.reset(jax.random.PRNGKey(0))
     n = len(world.agents)
-    assert n >= dynamics.TILE_MIN_AGENTS
+    assert n >= batching.TILE_MIN_AGENTS
     states = jax.tree.map(lambda x: jnp.broadcast_to(x, (24,) + x.shape), start)
     actions = jax.random.randint(jax.random.PRNGKey(1), (6, 24, n), 0, 5)
 
@@ -151,11 +151,11 @@ def test_large_batches_step_in_tiles_with_the_same_results(monkeypatch, shape):
         program = jax.jit(rollout).trace(states)
         return str(program.jaxpr), program.lower().compile()(states)
 
-    assert dynamics._env_tile(n, 24) == 24
+    assert batching.env_tile(n, 24) == 24
     untiled, whole = traced()
-    monkeypatch.setattr(dynamics, "TILE_ELEMENTS", 8 * n)
+    monkeypatch.setattr(batching, "TILE_ELEMENTS", 8 * n)
     jax.clear_caches()  # traces are cached; the tile size is read when the step is traced
-    assert dynamics._env_tile(n, 24) == 8 and dynamics._env_tile(dynamics.TILE_MIN_AGENTS - 1, 24) == 24
+    assert batching.env_tile(n, 24) == 8 and batching.env_tile(batching.TILE_MIN_AGENTS - 1, 24) == 24
     tiled_jaxpr, tiled = traced()
     assert "length=3" in tiled_jaxpr and "length=3" not in untiled  # three tiles
     for a, b in zip(whole, tiled):

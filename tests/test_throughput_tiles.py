@@ -15,12 +15,12 @@ def test_tiles_pairs_every_size_with_one_piece_in_one_process():
         "import json, sys\n"
         f"sys.path.insert(0, {str(ROOT / 'benchmarks')!r})\n"
         "import throughput\n"
-        "from cube_jax.core import dynamics\n"
+        "from cube_jax.core import batching\n"
         "throughput.TILE_CASES = ((16, 64),)\n"
         "throughput.TILE_SETTINGS = (0, 16 * 16, 16 * 64)\n"
-        "before = dynamics.TILE_ELEMENTS, dynamics.TILE_MIN_AGENTS\n"
+        "before = batching.TILE_ELEMENTS, batching.TILE_MIN_AGENTS\n"
         "out = throughput.tiles_child(2)\n"
-        "assert (dynamics.TILE_ELEMENTS, dynamics.TILE_MIN_AGENTS) == before\n"
+        "assert (batching.TILE_ELEMENTS, batching.TILE_MIN_AGENTS) == before\n"
         "print('RESULT ' + json.dumps(out))\n"
     )
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)

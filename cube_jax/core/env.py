@@ -8,7 +8,7 @@ once. Both are pure, so ``jax.jit`` and ``jax.vmap`` over them work as usual.
 from __future__ import annotations
 
 import functools
-from typing import Optional, Tuple, Union
+from typing import NamedTuple, Optional, Tuple, Union
 
 import jax
 import jax.numpy as jnp
@@ -390,62 +390,83 @@ def make(
     view_radius = _check_int("view_radius", view_radius, 1, MAX_GRID_SIZE, "the largest grid side")
     pool_size = _check_int("pool_size", pool_size, 0)
     pool_seed = _check_int("pool_seed", pool_seed, 0, MAX_SEED, "PRNGKey keeps 32 bits")
+    limits = _checked_limits(max_steps, step_cost, deliver_reward)
+    if num_agents is not None:
+        num_agents = _check_int("num_agents", num_agents, 1)
+    if sum(x is not None for x in (n, scenario, layouts)) != 1:
+        raise ValueError("make: give exactly one of n=<team size>, scenario=<name, path or Scenario> or "
+                         "layouts=<a LayoutGenerator>")
+    world = _world(scenario, n, num_agents, layouts, pool_size)
+    source = world.source
+    _check_sizes(observation, view_radius, source.grid_size, source.num_agents, source.num_blocks, pool_size)
+    cfg = _config(world, limits, observation, view_radius)
+    if pool_size:
+        # a pool leaves out every test layout of the suite (cube_jax.core.suite)
+        pool = PoolLayouts.draw(source, pool_size, pool_seed)
+        source = pool.with_observations(_first_observations(cfg, pool.layouts))
+    return CubeEnv(cfg, source, world.name, world.curriculum_n)
+
+
+class _World(NamedTuple):
+    """What a world family brings to :func:`make`: its layouts, its name, and the episode
+    limits it has when make is not given them."""
+
+    source: LayoutGenerator
+    name: str
+    limits: Tuple[int, float, float]  # max_steps, step_cost, deliver_reward
+    curriculum_n: int = 0  # n of the n-curriculum, else 0
+
+
+def _checked_limits(max_steps, step_cost, deliver_reward) -> Tuple[Optional[int], Optional[float], Optional[float]]:
+    """make's episode limits checked (None: the world's own)."""
     if max_steps is not None:
         max_steps = _check_int("max_steps", max_steps, 1, MAX_EPISODE_STEPS, "the step counter is int32")
     if step_cost is not None:
         step_cost = as_real(step_cost, "step_cost")
     if deliver_reward is not None:
         deliver_reward = as_real(deliver_reward, "deliver_reward")
-    if num_agents is not None:
-        num_agents = _check_int("num_agents", num_agents, 1)
-    if sum(x is not None for x in (n, scenario, layouts)) != 1:
-        raise ValueError("make: give exactly one of n=<team size>, scenario=<name, path or Scenario> or "
-                         "layouts=<a LayoutGenerator>")
-    curriculum_n = 0
+    return max_steps, step_cost, deliver_reward
+
+
+def _world(scenario, n: Optional[int], num_agents: Optional[int], layouts, pool_size: int) -> _World:
+    """The world family of make's one given source: n, "coop2", a generator, or a scenario."""
     if n is not None:
         n = _check_int("n", n, 1, MAX_GRID_SIZE, f"the grid side is max(20, n) and at most {MAX_GRID_SIZE}")
         if num_agents is not None and num_agents != n:
             raise ValueError(f"make: num_agents={num_agents} contradicts n={n}; the curriculum uses n agents")
-        source, name, curriculum_n = CurriculumLayouts.of(n), f"cube-n{n}", n
-        defaults = (generator.default_max_steps(n), 0.01, 1.0)
-    elif isinstance(scenario, str) and scenario == COOP2:
+        return _World(CurriculumLayouts.of(n), f"cube-n{n}", (generator.default_max_steps(n), 0.01, 1.0), n)
+    if isinstance(scenario, str) and scenario == COOP2:
         agents = 3 if num_agents is None else num_agents
         if agents > COOP2_GRID:
             raise ValueError(f"make('coop2'): num_agents={agents} do not fit in column 0 of the {COOP2_GRID}x"
                              f"{COOP2_GRID} grid")
-        source, name = CountsLayouts.of(COOP2_GRID, agents, COOP2_COUNTS), f"coop2-{agents}"
-        defaults = (COOP2_MAX_STEPS, 0.01, 1.0)
-    elif layouts is not None:
+        source = CountsLayouts.of(COOP2_GRID, agents, COOP2_COUNTS)
+        return _World(source, f"coop2-{agents}", (COOP2_MAX_STEPS, 0.01, 1.0))
+    if layouts is not None:
         if not isinstance(layouts, LayoutGenerator):
             raise ValueError(f"make: layouts must be a cube_jax.LayoutGenerator, got {excerpt(layouts)}")
         if num_agents is not None and num_agents != layouts.num_agents:
             raise ValueError(f"make: num_agents={num_agents} contradicts the generator's {layouts.num_agents} agents")
-        source, name = layouts, type(layouts).__name__
-        defaults = (4 * layouts.grid_size * layouts.num_blocks, 0.01, 1.0)
-    else:
-        if pool_size:
-            raise ValueError("make: pool_size applies to the n-curriculum and the other worlds that draw their "
-                             "layouts ('coop2'); a scenario has one layout")
-        sc = load_scenario(scenario, num_agents=num_agents)
-        source, name = FixedLayout.of(sc.agents, sc.blocks, sc.grid_size), sc.name
-        defaults = (sc.max_steps, sc.step_cost, sc.deliver_reward)
-    k, num_agents, num_blocks = source.grid_size, source.num_agents, source.num_blocks
-    _check_sizes(observation, view_radius, k, num_agents, num_blocks, pool_size)
-    default_steps, default_cost, default_reward = defaults
-    max_steps = default_steps if max_steps is None else max_steps
-    cfg = EnvConfig(
-        grid_size=k,
-        num_agents=num_agents,
-        num_blocks=num_blocks,
+        return _World(layouts, type(layouts).__name__, (4 * layouts.grid_size * layouts.num_blocks, 0.01, 1.0))
+    if pool_size:
+        raise ValueError("make: pool_size applies to the n-curriculum and the other worlds that draw their "
+                         "layouts ('coop2'); a scenario has one layout")
+    sc = load_scenario(scenario, num_agents=num_agents)
+    source = FixedLayout.of(sc.agents, sc.blocks, sc.grid_size)
+    return _World(source, sc.name, (sc.max_steps, sc.step_cost, sc.deliver_reward))
+
+
+def _config(world: _World, limits: tuple, observation: str, view_radius: int) -> EnvConfig:
+    """The static configuration of a world, make's limits over the world's own."""
+    max_steps, step_cost, deliver_reward = (own if given is None else given for given, own in zip(limits, world.limits))
+    return EnvConfig(
+        grid_size=world.source.grid_size,
+        num_agents=world.source.num_agents,
+        num_blocks=world.source.num_blocks,
         max_steps=int(max_steps),
-        step_cost=float(default_cost if step_cost is None else step_cost),
-        deliver_reward=float(default_reward if deliver_reward is None else deliver_reward),
+        step_cost=float(step_cost),
+        deliver_reward=float(deliver_reward),
         observation=observation,
         view_radius=int(view_radius),
     )
-    if pool_size:
-        # a pool leaves out every test layout of the suite (cube_jax.core.suite)
-        pool = PoolLayouts.draw(source, pool_size, pool_seed)
-        source = pool.with_observations(_first_observations(cfg, pool.layouts))
-    return CubeEnv(cfg, source, name, curriculum_n)
 

@@ -27,7 +27,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from cube_jax.core.dynamics import _region, env_first, env_last, vmap_as_batch
+from cube_jax.core.batching import env_first, env_last, region, vmap_as_batch
 from cube_jax.core.types import EnvConfig, State
 
 EGO_CHANNELS = 4
@@ -184,11 +184,11 @@ def _egocentric_kernel(cfg: EnvConfig, ar, ac, br, bc, w, alive, t) -> jax.Array
     # Each channel in a region of its own: fused into the concatenation below, every output
     # element would evaluate its channel's fold through a chain of index tests.
     keep = jnp.any((t | 1) != 0)  # always True: the region predicate
-    agent_rows = _region(keep, functools.partial(_ego_agent_rows, cfg), ar, ac, rows, cols)
+    agent_rows = region(keep, functools.partial(_ego_agent_rows, cfg), ar, ac, rows, cols)
     shifts = jnp.arange(2 * r + 1, dtype=jnp.uint32)[None, None, :, None]
     agent = ((agent_rows[:, :, None] >> shifts) & 1).astype(f32)
-    spans = _region(keep, _ego_block_spans, rows, cols, br, bc, w, alive)
-    weight = _region(keep, _ego_weight_channel, *spans, w)
+    spans = region(keep, _ego_block_spans, rows, cols, br, bc, w, alive)
+    weight = region(keep, _ego_weight_channel, *spans, w)
     weight = weight / jnp.max(w, axis=0).astype(f32)
     inside = row_inside[:, :, None] & col_inside[:, None, :]
     wall = (~inside).astype(f32)

@@ -51,7 +51,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from cube_jax.core.dynamics import env_first, env_last, vmap_as_batch
+from cube_jax.core.batching import env_first, env_last, vmap_as_batch
 from cube_jax.core.types import ACTION_DELTAS, State
 from cube_jax.symbolic.concepts import (blocks_in_front, chain_closure_weights, chain_weights, distance_to_face,
                                         face_aligned_counts, push_action)
