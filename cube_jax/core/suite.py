@@ -24,7 +24,6 @@ Adding or changing a task, a test set or a scoring rule makes a new suite versio
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 from pathlib import Path
 from typing import Dict, Mapping, Optional, Tuple
 
