@@ -39,7 +39,7 @@ import numpy as np  # noqa: E402
 
 import cube_jax  # noqa: E402
 from cube_jax.agents.views import WorldView  # noqa: E402
-from cube_jax.evaluation import Episode, Limits, arun_episodes, run_episodes  # noqa: E402
+from cube_jax.runtime import Episode, Limits, arun_episodes, run_episodes  # noqa: E402
 from cube_jax.runtime.topologies import TOPOLOGIES  # noqa: E402
 from cube_jax.llm import ModelClient  # noqa: E402
 from cube_jax.llm.agent import LLMAgent  # noqa: E402

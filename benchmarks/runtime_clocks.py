@@ -36,7 +36,8 @@ sys.path.insert(0, str(ROOT))
 
 import cube_jax  # noqa: E402
 from cube_jax.agents import heuristic_team  # noqa: E402
-from cube_jax.evaluation import Episode, Limits, TraceWriter  # noqa: E402
+from cube_jax.runtime import Episode, Limits  # noqa: E402
+from cube_jax.trace import TraceWriter  # noqa: E402
 from cube_jax.llm import ModelClient  # noqa: E402
 from cube_jax.llm.agent import LLMAgent  # noqa: E402
 

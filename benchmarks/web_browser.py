@@ -189,7 +189,7 @@ def main() -> None:
 
     import cube_jax
     from cube_jax.agents import heuristic_team
-    from cube_jax.evaluation import run_episode
+    from cube_jax.runtime import run_episode
     from cube_jax.web.game import Settings
     from cube_jax.web.server import BackgroundServer, create_app
 

@@ -15,7 +15,8 @@ import pytest
 
 import cube_jax
 from cube_jax.agents import heuristic_team
-from cube_jax.evaluation import Episode, TraceWriter, arun_episodes
+from cube_jax.runtime import Episode, arun_episodes
+from cube_jax.trace import TraceWriter
 from cube_jax.llm import ModelClient, RecordingClient, ReplayClient
 from cube_jax.llm.agent import LLMAgent
 from cube_jax.llm.prompts import PromptBook, write_default_templates
@@ -114,7 +115,7 @@ def test_a_dead_server_ends_the_episode_as_truncated(hard):
 
 
 def test_slow_replies_hit_the_wall_clock_limit(hard):
-    from cube_jax.evaluation import Limits
+    from cube_jax.runtime import Limits
 
     with FakeOpenAI(responder=responder, latency=0.3) as server:
         result, _ = play(hard, llm_team(server, 3), limits=Limits(max_wall_s=1.0))

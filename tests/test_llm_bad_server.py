@@ -8,7 +8,8 @@ import json
 import pytest
 
 import cube_jax
-from cube_jax.evaluation import TraceWriter, run_episode, validate_trace
+from cube_jax.runtime import run_episode
+from cube_jax.trace import TraceWriter, validate_trace
 from cube_jax.llm import ModelClient
 from cube_jax.llm.agent import LLMAgent
 from tests.fake_openai import FakeOpenAI, Reply

@@ -11,7 +11,7 @@ import os
 import pytest
 
 from cube_jax import cli
-from cube_jax.evaluation import read_trace, validate_trace
+from cube_jax.trace import read_trace, validate_trace
 from tests.fake_openai import FakeOpenAI, closed_port_url
 from tests.sound_model import responder
 from tests.trace_helpers import per_agent

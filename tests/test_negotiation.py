@@ -13,7 +13,8 @@ import pytest
 
 import cube_jax
 from cube_jax.agents import Agent, Decision, NegotiatorAgent, Plan, Purpose, ScriptedAgent, negotiator_team
-from cube_jax.evaluation import Episode, Limits, TraceWriter, run_episodes
+from cube_jax.runtime import Episode, Limits, run_episodes
+from cube_jax.trace import TraceWriter
 from cube_jax.runtime import make_topology
 from cube_jax.symbolic import parse_plan
 from cube_jax.trace import read_trace

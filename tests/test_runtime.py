@@ -20,7 +20,7 @@ import pytest
 
 import cube_jax
 from cube_jax.agents import Agent, Decision, OutgoingMessage, Plan, Purpose, ScriptedAgent, heuristic_team
-from cube_jax.evaluation import Limits
+from cube_jax.runtime import Limits
 from cube_jax.llm import ModelClient
 from cube_jax.llm.agent import LLMAgent
 from cube_jax.runtime import Episode, make_topology
@@ -279,7 +279,7 @@ def test_the_call_limit_is_hard_with_a_real_server(row):
 CTRL_C_SCRIPT = """
 import asyncio, sys
 import cube_jax
-from cube_jax.evaluation import run_episode
+from cube_jax.runtime import run_episode
 from cube_jax.llm.agent import LLMAgent
 
 class Hanging:

@@ -21,7 +21,8 @@ from websockets.sync.client import connect
 import cube_jax
 from cube_jax import cli
 from cube_jax.agents import heuristic_team
-from cube_jax.evaluation import read_trace, run_episode, validate_trace
+from cube_jax.runtime import run_episode
+from cube_jax.trace import read_trace, validate_trace
 from cube_jax.web import protocol
 from cube_jax.web.game import Settings
 from cube_jax.web.server import BackgroundServer, check_host, create_app, is_loopback

@@ -305,7 +305,7 @@ def local_model(agents: Optional[LanguageAgents], command: str):
 
 
 def _episode(env, kwargs, members, seed: int, args, agents: LanguageAgents, world_model=None):
-    from cube_jax.evaluation import Episode, Limits
+    from cube_jax.runtime import Episode, Limits
     from cube_jax.runtime.topologies import make_topology
     from cube_jax.teams import team_agents
 
@@ -462,7 +462,7 @@ def run(parser: argparse.ArgumentParser, args) -> int:
 async def _play(env, kwargs, members, args, agents: LanguageAgents, seeds: List[int], world_model=None):
     from tqdm import tqdm
 
-    from cube_jax.evaluation import arun_episodes
+    from cube_jax.runtime import arun_episodes
 
     bar = tqdm(total=len(seeds), unit="episode", desc="llm", disable=args.no_progress, file=sys.stderr)
     totals = {"steps": 0, "calls": 0, "tokens": 0}
@@ -508,7 +508,7 @@ def _grow(parser, args, world_model, traces: List[Path]) -> None:
     """Adds finished episodes' traces to the world model (in order) and rewrites its file."""
     if world_model is None:
         return
-    from cube_jax.evaluation import read_trace
+    from cube_jax.trace import read_trace
     from cube_jax.worldmodel import WorldModelError
 
     for path in traces:
@@ -528,7 +528,7 @@ def _write_outputs(args, traces: List[Path]) -> None:
     """metrics.json (every episode of the run, kept or played now) and the timelines, from
     the traces alone."""
     from cube_jax.analytics import render_timeline, write_metrics_json
-    from cube_jax.evaluation import read_trace
+    from cube_jax.trace import read_trace
 
     traces = [path for path in traces if path.is_file()]
     report = write_metrics_json(traces, args.out / "metrics.json")
