@@ -66,6 +66,17 @@ def test_an_unknown_name_is_still_an_attribute_error():
 def test_training_and_the_batched_rollout_do_not_load_the_episode_loop(module):
     check = (f"import sys, {module}; loaded = sorted(m for m in sys.modules if m.startswith("
              f"('cube_jax.runtime', 'cube_jax.llm'))); print(loaded); assert not loaded")
+    _passes_in_a_fresh_interpreter(check)
+
+
+def test_the_registry_names_the_llm_factory_without_importing_it():
+    check = ("import sys, cube_jax.registry, cube_jax.teams; "
+             "loaded = sorted(m for m in sys.modules if m.startswith(('cube_jax.llm', 'cube_jax.web', 'cube_jax.cli'))); "
+             "print(loaded); assert not loaded")
+    _passes_in_a_fresh_interpreter(check)
+
+
+def _passes_in_a_fresh_interpreter(check: str) -> None:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT)] + [p for p in [os.environ.get("PYTHONPATH")] if p]))
     done = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, timeout=300, env=env, cwd=ROOT)
     assert done.returncode == 0, done.stdout + done.stderr

@@ -60,7 +60,7 @@ import sys
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-from cube_jax.llm.factory import LanguageAgents
+from cube_jax.llm.factory import LanguageAgents, model_defaults
 from cube_jax.cli.args import (add_model_arguments, add_runtime_arguments, add_team_arguments, add_topology_arguments,
                                add_world_arguments, check_seeds, check_world, check_writable, episode_limit,
                                positive_float, positive_int, read_members, seed, team_option, world_kwargs)
@@ -247,13 +247,10 @@ def language_agents(parser: argparse.ArgumentParser, args, members, prompts, rep
     model, a server and its key variable (argparse errors naming the option and the entry)."""
     from cube_jax.llm.client import ClientPool
 
-    from cube_jax.llm.local import LOCAL, LocalServer, is_local
+    from cube_jax.llm.local import LocalServer, is_local
 
-    base_url = args.base_url or os.environ.get("OPENAI_BASE_URL")
-    # no server named anywhere: the local model is the default
-    model = args.model if args.model is not None or base_url else LOCAL
-    defaults = {"model": model, "base_url": base_url, "api_key_env": None, "temperature": args.temperature,
-                "max_tokens": args.max_tokens, "timeout": args.timeout, "max_retries": args.retries}
+    defaults = model_defaults(args.model, args.base_url, api_key_env=None, temperature=args.temperature,
+                              max_tokens=args.max_tokens, timeout=args.timeout, max_retries=args.retries)
     factory = LanguageAgents(ClientPool(args.api_key), defaults, prompts, args.max_repairs,
                              strategy_tips=getattr(args, "strategy_tips", False),
                              feedback=getattr(args, "feedback", False),
