@@ -133,9 +133,6 @@ def main() -> None:
     plot(rows, args.out / "planners.png")
     partial.unlink(missing_ok=True)
     if args.out.resolve() == RESULTS.resolve():
-        import sys
-
-        sys.path.insert(0, str(Path(__file__).parent))
         from bench_common import write_generated
 
         write_generated(DOC, SCRIPT, JSON_PATH)

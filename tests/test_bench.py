@@ -22,9 +22,9 @@ from cube_jax.bench import run as bench_run
 from cube_jax.bench.verify import verify
 from cube_jax.core import suite
 from cube_jax.core.layouts import CountsLayouts, PoolLayouts
-from tests.fake_openai import FakeOpenAI
+from cube_jax.testing.fake_openai import FakeOpenAI
 from tests.rl_tiny import TINY_PPO
-from tests.sound_model import responder
+from cube_jax.testing.sound_model import responder
 
 
 def bench(argv, capsys):

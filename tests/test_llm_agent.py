@@ -1,7 +1,7 @@
 """Language agents in the episode loop, through the real client and a loopback server.
 
-The fake server (tests/fake_openai.py) speaks the OpenAI protocol; its replies are
-scripted or come from the sound-plan model (tests/sound_model.py), which reads the
+The fake server (cube_jax/testing/fake_openai.py) speaks the OpenAI protocol; its replies are
+scripted or come from the sound-plan model (cube_jax/testing/sound_model.py), which reads the
 project's prompts and answers with the heuristic's plans.
 """
 from __future__ import annotations
@@ -20,8 +20,8 @@ from cube_jax.trace import TraceWriter
 from cube_jax.llm import ModelClient, RecordingClient, ReplayClient
 from cube_jax.llm.agent import LLMAgent
 from cube_jax.llm.prompts import PromptBook, write_default_templates
-from tests.fake_openai import FakeOpenAI, closed_port_url
-from tests.sound_model import responder
+from cube_jax.testing.fake_openai import FakeOpenAI, closed_port_url
+from cube_jax.testing.sound_model import responder
 from tests.trace_helpers import per_agent, play
 
 TOPOLOGIES = ["individual", "debate", "centralized", "decentralized"]

@@ -248,8 +248,8 @@ def test_a_world_model_of_another_world_is_refused(tmp_path, capsys):
 def test_a_language_agent_negotiates_beside_negotiators(hard):
     from cube_jax.llm import ModelClient
     from cube_jax.llm.agent import LLMAgent
-    from tests.fake_openai import FakeOpenAI
-    from tests.sound_model import responder
+    from cube_jax.testing.fake_openai import FakeOpenAI
+    from cube_jax.testing.sound_model import responder
 
     with FakeOpenAI(responder=responder) as server:
         client = ModelClient("fake-model", base_url=server.url)

@@ -26,8 +26,8 @@ from cube_jax.llm.agent import LLMAgent
 from cube_jax.runtime import Episode, make_topology
 from cube_jax.symbolic import parse_plan
 from tests import interrupts
-from tests.fake_openai import FakeOpenAI, closed_port_url
-from tests.sound_model import responder
+from cube_jax.testing.fake_openai import FakeOpenAI, closed_port_url
+from cube_jax.testing.sound_model import responder
 from tests.trace_helpers import of, per_agent, play
 
 ROOT = Path(__file__).resolve().parents[1]
