@@ -147,7 +147,6 @@ def main() -> None:
     (RESULTS / "analytics_speed.json").write_text(json.dumps(summary, indent=1) + "\n")
     print(f"\nwrote {RESULTS / 'analytics_speed.json'}")
     if args.doc:
-        sys.path.insert(0, str(Path(__file__).parent))
         from bench_common import write_generated
 
         write_generated(ROOT / "docs" / "analytics.md", "benchmarks/analytics_speed.py",

@@ -133,7 +133,6 @@ def main(argv=None) -> None:
         names = [r["name"] for r in results]  # a record of the same name keeps its place in the table
         results = [entry if r["name"] == args.name else r for r in results] if args.name in names else results + [entry]
         RESULTS.write_text(json.dumps(results, indent=2) + "\n")
-    sys.path.insert(0, str(Path(__file__).parent))
     from bench_common import write_generated
 
     write_generated(DOC, SCRIPT, "benchmarks/results/baselines.json")

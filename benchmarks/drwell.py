@@ -27,13 +27,13 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 import cube_jax  # noqa: E402
 from cube_jax.agents import negotiator_team  # noqa: E402
 from cube_jax.analytics.intervals import summarize  # noqa: E402
 from cube_jax.analytics.metrics import NEGOTIATION_METRICS, episode_metrics  # noqa: E402
-from cube_jax.evaluation import Limits, TraceWriter, run_episode  # noqa: E402
+from cube_jax.runtime import Limits, run_episode  # noqa: E402
+from cube_jax.trace import TraceWriter  # noqa: E402
 from cube_jax.runtime import make_topology  # noqa: E402
 from cube_jax.worldmodel import WorldModel  # noqa: E402
 from cube_jax.worldmodel.figures import plot_graph, plot_trend  # noqa: E402

@@ -32,8 +32,6 @@ from typing import Any, Dict, List, Optional, Sequence
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 SCRIPT = "benchmarks/greedy_failures.py"
 JSON_REL = "benchmarks/results/greedy_failures.json"

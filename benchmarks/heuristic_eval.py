@@ -16,7 +16,6 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 import cube_jax  # noqa: E402
 from cube_jax.agents import HeuristicPolicy  # noqa: E402

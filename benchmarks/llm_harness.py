@@ -32,20 +32,19 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
 
 import cube_jax  # noqa: E402
 from cube_jax.agents.views import WorldView  # noqa: E402
-from cube_jax.evaluation import Episode, Limits, arun_episodes, run_episodes  # noqa: E402
+from cube_jax.runtime import Episode, Limits, arun_episodes, run_episodes  # noqa: E402
 from cube_jax.runtime.topologies import TOPOLOGIES  # noqa: E402
 from cube_jax.llm import ModelClient  # noqa: E402
 from cube_jax.llm.agent import LLMAgent  # noqa: E402
 
 from bench_common import markdown_table, write_generated  # noqa: E402
-from tests.sound_model import SoundModel  # noqa: E402
+from cube_jax.testing.sound_model import SoundModel  # noqa: E402
 
 
 class TimedAgent(LLMAgent):
@@ -108,9 +107,8 @@ async def _episodes_at(env, url: str, episodes: int, concurrency: int) -> list:
 # not compete with the harness for this process's interpreter lock.
 SERVER = """
 import sys
-sys.path.insert(0, sys.argv[2])
-from tests.fake_openai import FakeOpenAI
-from tests.sound_model import responder
+from cube_jax.testing.fake_openai import FakeOpenAI
+from cube_jax.testing.sound_model import responder
 with FakeOpenAI(responder=responder, latency=float(sys.argv[1])) as server:
     print(server.url, flush=True)
     sys.stdin.read()
@@ -120,7 +118,7 @@ with FakeOpenAI(responder=responder, latency=float(sys.argv[1])) as server:
 
 def bench_throughput(concurrency: int, episodes: int, latency: float) -> dict:
     env = cube_jax.make("hard")
-    server = subprocess.Popen([sys.executable, "-c", SERVER, str(latency), str(ROOT)], stdin=subprocess.PIPE,
+    server = subprocess.Popen([sys.executable, "-c", SERVER, str(latency)], stdin=subprocess.PIPE,
                               stdout=subprocess.PIPE, text=True)
     try:
         url = server.stdout.readline().strip()

@@ -34,12 +34,12 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 import cube_jax  # noqa: E402
 from cube_jax.analytics.intervals import interval_text, summarize  # noqa: E402
 from cube_jax.analytics.metrics import episode_metrics  # noqa: E402
-from cube_jax.evaluation import Limits, TraceWriter, run_episode  # noqa: E402
+from cube_jax.runtime import Limits, run_episode  # noqa: E402
+from cube_jax.trace import TraceWriter  # noqa: E402
 from cube_jax.llm import ModelClient  # noqa: E402
 from cube_jax.llm.agent import LLMAgent  # noqa: E402
 from cube_jax.llm.local import MODEL_NAME, LocalServer  # noqa: E402

@@ -20,10 +20,10 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 import cube_jax  # noqa: E402
-from cube_jax.evaluation import Limits, TraceWriter, run_episode  # noqa: E402
+from cube_jax.runtime import Limits, run_episode  # noqa: E402
+from cube_jax.trace import TraceWriter  # noqa: E402
 from cube_jax.llm import ModelClient  # noqa: E402
 from cube_jax.llm.agent import LLMAgent  # noqa: E402
 from cube_jax.llm.local import MODEL_NAME, LocalServer  # noqa: E402

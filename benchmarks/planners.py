@@ -5,7 +5,7 @@
 
 Every episode uses the default curriculum and ``default_max_steps(n)``; seed s resets the
 environment with ``jax.random.PRNGKey(s)``. Episodes run on the CPU episode loop
-(:func:`cube_jax.evaluation.run_episode`), with ``--traces DIR`` writing one trace per
+(:func:`cube_jax.runtime.run_episode`), with ``--traces DIR`` writing one trace per
 episode (``DIR/<planner>-n<n>/episode-<seed>.jsonl``) for ``cube-jax report``. Prints a table,
 writes ``benchmarks/results/planners.json`` and ``benchmarks/results/planners.png``, and
 rewrites the table of ``docs/symbolic.md`` from that JSON (:func:`render`).
@@ -24,7 +24,7 @@ import numpy as np
 import cube_jax
 from cube_jax.agents.planners import PLANNER_TEAMS
 from cube_jax.core import generator
-from cube_jax.evaluation import run_episode
+from cube_jax.runtime import run_episode
 
 PLANNERS = PLANNER_TEAMS
 RESULTS = Path(__file__).parent / "results"
@@ -133,9 +133,6 @@ def main() -> None:
     plot(rows, args.out / "planners.png")
     partial.unlink(missing_ok=True)
     if args.out.resolve() == RESULTS.resolve():
-        import sys
-
-        sys.path.insert(0, str(Path(__file__).parent))
         from bench_common import write_generated
 
         write_generated(DOC, SCRIPT, JSON_PATH)

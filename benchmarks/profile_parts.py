@@ -497,7 +497,6 @@ def main(argv=None) -> int:
         resolved = args.before.resolve()
         before["source"] = str(resolved.relative_to(ROOT)) if resolved.is_relative_to(ROOT) else args.before.name
         data["before"] = before
-    sys.path.insert(0, str(Path(__file__).parent))
     from bench_common import save_results
 
     save_results(data, args.out, render, DOC if args.doc else None, SCRIPT)

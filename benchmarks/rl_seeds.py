@@ -54,8 +54,6 @@ import numpy as np
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # the package, when run from a checkout without installing it
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 SCRIPT = "benchmarks/rl_seeds.py"
 JSON_REL = "benchmarks/results/rl_seeds.json"

@@ -27,23 +27,22 @@ import io
 import json
 import platform
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 import cube_jax  # noqa: E402
 from cube_jax.agents import heuristic_team  # noqa: E402
-from cube_jax.evaluation import Episode, Limits, TraceWriter  # noqa: E402
+from cube_jax.runtime import Episode, Limits  # noqa: E402
+from cube_jax.trace import TraceWriter  # noqa: E402
 from cube_jax.llm import ModelClient  # noqa: E402
 from cube_jax.llm.agent import LLMAgent  # noqa: E402
 from cube_jax.names import agent_name  # noqa: E402
 
 from bench_common import markdown_table  # noqa: E402
-from tests.fake_openai import FakeOpenAI, closed_port_url  # noqa: E402
-from tests.sound_model import SoundModel, responder  # noqa: E402
+from cube_jax.testing.fake_openai import FakeOpenAI, closed_port_url  # noqa: E402
+from cube_jax.testing.sound_model import SoundModel, responder  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results" / "runtime_clocks.json"
 

@@ -20,7 +20,7 @@ Sections (``--sections``, comma-separated; default all but tiles and device)
   targets     paired comparisons: fresh-layout AutoResetWrapper(make(n=4)) with vector
               observations consumed against Jumanji's LevelBasedForaging (20x20, 4 agents,
               4 food, auto-reset, observations consumed); the vmapped step at n = 4 with
-              2048 envs against the plain-Python reference (tests/reference.py) on one env;
+              2048 envs against the plain-Python reference (cube_jax/testing/reference.py) on one env;
               n = 8 against n = 4 at 1024 envs
   training    AutoResetWrapper + observations consumed at n = 4, 1024 envs (pool or fresh
               layouts, vector or egocentric), and n = 256 with 64 envs (fresh, egocentric)
@@ -247,8 +247,7 @@ def _median(values) -> float:
 def reference_burst(n: int):
     """A function running the plain-Python reference (one env, random actions) for about
     ``seconds`` and returning its env-steps/s."""
-    sys.path.insert(0, str(ROOT))
-    from tests import reference
+    from cube_jax.testing import reference
 
     env = cube_jax.make(n=n)
     rng = random.Random(0)
@@ -522,13 +521,14 @@ def _child(call: str, pinned: bool = False) -> dict:
     import subprocess
 
     code = (
-        "import json, os, sys\n"
+        "import json, os\n"
         + ("os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})\n" if pinned else "")
-        + f"sys.path.insert(0, {str(Path(__file__).resolve().parent)!r})\n"
         + "import throughput\n"
         + f"print('CHILD ' + json.dumps(throughput.{call}))\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    here = str(Path(__file__).resolve().parent)  # this script's folder, where the child finds it
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([here] + [p for p in [os.environ.get("PYTHONPATH")] if p]))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env).stdout
     return json.loads(next(line for line in out.splitlines() if line.startswith("CHILD "))[len("CHILD "):])
 
 

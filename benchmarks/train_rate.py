@@ -26,8 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).parent))
-from bench_common import host_info, save_results  # noqa: E402
+from bench_common import host_info, save_results
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = "benchmarks/train_rate.py"

@@ -28,13 +28,11 @@ import json
 import os
 import platform
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 CHROMIUM = "/usr/bin/chromium"
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
@@ -43,8 +41,8 @@ VIEWPORT = {"width": 1280, "height": 900}
 
 
 def until(*args, **kwargs):
-    """``tests.web_helpers.until`` (imported when measuring, so that :func:`render` needs only the standard library)."""
-    from tests.web_helpers import until as wait
+    """``cube_jax.testing.web.until`` (imported when measuring)."""
+    from cube_jax.testing.web import until as wait
 
     return wait(*args, **kwargs)
 
@@ -189,7 +187,7 @@ def main() -> None:
 
     import cube_jax
     from cube_jax.agents import heuristic_team
-    from cube_jax.evaluation import run_episode
+    from cube_jax.runtime import run_episode
     from cube_jax.web.game import Settings
     from cube_jax.web.server import BackgroundServer, create_app
 
@@ -224,7 +222,6 @@ def main() -> None:
     out.write_text(json.dumps(results, indent=2) + "\n")
     print(f"wrote {out}" + ("" if shots is None else f" and {shots}/live.png, play.png, replay.png"))
     if args.doc:
-        sys.path.insert(0, str(ROOT / "benchmarks"))
         from bench_common import write_generated
 
         write_generated(ROOT / "docs" / "browser.md", "benchmarks/web_browser.py",

@@ -7,22 +7,25 @@ batched JAX form when it has one. :mod:`cube_jax.teams` parses and builds teams 
 table; ``cube-jax eval``, ``llm``, ``serve`` and the web app ask it which kinds they can
 play. A new kind is one :func:`register` call.
 
-Kinds whose agents live in a layer above this one (``llm`` in :mod:`cube_jax.llm`,
-``human`` in :mod:`cube_jax.web`) are registered here too, with their argument and keys,
-but with ``build=None``: the caller that can build them hands their factory to
-:func:`cube_jax.teams.team_agents` (``factories={"llm": ...}``), so no module below
-imports one above it, and every command reads and checks the same team specs.
+Kinds whose agents live in a layer above this one are registered here too, with their
+argument and keys, so that every command reads and checks the same team specs. The ``llm``
+kind names its factory by path (:func:`imported`: ``cube_jax.llm.factory:llm_agents``,
+imported when a team is built, never with this module); ``human`` has ``build=None`` and
+the web app hands its factory to :func:`cube_jax.teams.team_agents` (``factories=``), as
+the commands do for ``llm`` with their own settings. Either way no module below imports
+one above it. ``built_by`` names the commands a kind plays in when not everywhere.
 
 >>> [k.name for k in kinds() if k.batched is not None]
 ['heuristic', 'random', 'policy']
 >>> get("llm").read_argument("qwen@http://127.0.0.1:8001/v1")
 {'model': 'qwen', 'base_url': 'http://127.0.0.1:8001/v1'}
 >>> names(), names(provided=["llm"])
-(('heuristic', 'team', 'random', 'policy'), ('heuristic', 'team', 'random', 'policy', 'llm'))
+(('heuristic', 'team', 'negotiator', 'random', 'policy'), ('heuristic', 'team', 'negotiator', 'random', 'policy', 'llm'))
 """
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import math
 import re
 from pathlib import Path
@@ -78,7 +81,8 @@ class AgentKind:
 
     * ``build(env, member, ids)``: the CPU agents for the agents ``ids`` (members with the same
       kind and settings are built together, so they may share a brain or a policy run); None
-      when a caller above this layer builds them (``built_by`` says who);
+      when only a caller above this layer can build them, with its own factory;
+    * ``built_by``: the commands the kind plays in, when not everywhere;
     * ``batched(env, member)``: the member's batched JAX policy, or None when it has none;
     * ``argument``: what ``kind:<argument>`` is (None: no argument; the description says more);
       ``argument_required``; ``read_argument(text)``: the settings the argument gives
@@ -119,6 +123,18 @@ def register(kind: AgentKind) -> AgentKind:
     return kind
 
 
+def imported(path: str) -> Build:
+    """The ``build`` of a kind whose factory lives in a layer above this one, named by its
+    path ``"module:function"``: the module is imported when the first team is built."""
+    module, _, name = path.partition(":")
+
+    def build(env: CubeEnv, member: Member, ids: Sequence[int]) -> List[Agent]:
+        return getattr(importlib.import_module(module), name)(env, member, ids)
+
+    build.__qualname__ = build.__name__ = path
+    return build
+
+
 def get(name: str) -> AgentKind:
     """The kind called ``name``; KeyError when there is none."""
     return _KINDS[name]
@@ -130,10 +146,10 @@ def kinds() -> List[AgentKind]:
 
 
 def names(provided: Iterable[str] = ()) -> Tuple[str, ...]:
-    """The kinds a caller can play: those this layer builds, and those named in ``provided``
-    (the kinds the caller brings a factory for)."""
+    """The kinds a caller can play: those that play everywhere (no ``built_by``), and those
+    named in ``provided`` (the kinds the caller brings a factory for or plays in)."""
     provided = set(provided)
-    return tuple(k.name for k in _KINDS.values() if k.build is not None or k.name in provided)
+    return tuple(k.name for k in _KINDS.values() if k.built_by is None or k.name in provided)
 
 
 # --- checks of settings --------------------------------------------------------------------------
@@ -289,10 +305,11 @@ register(AgentKind("policy", "a trained RL policy acting greedily, one primitive
                    options=(Option("checkpoint", "the checkpoint folder", read_text),), check=checkpoint_policy))
 register(AgentKind("llm", "a language model behind an OpenAI-compatible server (default model and server: "
                           "--model, --base-url)",
+                   build=imported("cube_jax.llm.factory:llm_agents"),
                    argument="model[@base URL]", read_argument=_read_llm_argument,
                    options=MODEL_OPTIONS, built_by="cube-jax llm and cube-jax serve"))
 register(AgentKind("human", "a person playing from the web app's page", built_by="cube-jax serve"))
 
 
-__all__ = ["AgentKind", "MODEL_OPTIONS", "Member", "Option", "checkpoint_policy", "get", "kinds", "names",
-           "register"]
+__all__ = ["AgentKind", "MODEL_OPTIONS", "Member", "Option", "checkpoint_policy", "get", "imported", "kinds",
+           "names", "register"]

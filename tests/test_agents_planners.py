@@ -13,7 +13,8 @@ import pytest
 import cube_jax
 from cube_jax.agents import heuristic_team, team_planner_team
 from cube_jax.agents.planners import lane_exit_plan, lane_mask
-from cube_jax.evaluation import TraceWriter, run_episode
+from cube_jax.runtime import run_episode
+from cube_jax.trace import TraceWriter
 from cube_jax.symbolic import render_symbolic, symbolic_observation
 from cube_jax.symbolic.jax_heuristic import heuristic_policy
 from cube_jax.symbolic.pathing import World

@@ -14,7 +14,8 @@ from cube_jax import cli
 from cube_jax.analytics import balance
 from cube_jax.analytics.balance import (coblock_gamma, episode_pushes, episode_workload, step_pushes, trace_workload,
                                         workload, workload_balance)
-from cube_jax.evaluation import read_trace, run_episode
+from cube_jax.runtime import run_episode
+from cube_jax.trace import read_trace
 from cube_jax.trace import agent_name, dumps
 from cube_jax.symbolic.vocabulary import FACE_PUSH_DIRECTION
 from cube_jax.teams import parse_team, team_agents

@@ -2,7 +2,7 @@
 
 The property tests step one environment at a time; training runs the step under
 ``jit(scan(vmap(...)))``, where the kernel's environment-minor layout is pinned. This test
-checks that path, and the auto-reset wrapper inside it, against ``tests/reference.py``.
+checks that path, and the auto-reset wrapper inside it, against ``cube_jax/testing/reference.py``.
 """
 import jax
 import jax.numpy as jnp
@@ -11,7 +11,7 @@ import pytest
 
 import cube_jax
 from cube_jax.wrappers import AutoResetWrapper
-from tests import reference as ref
+from cube_jax.testing import reference as ref
 
 ENVS, STEPS = 24, 40
 

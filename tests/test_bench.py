@@ -22,9 +22,9 @@ from cube_jax.bench import run as bench_run
 from cube_jax.bench.verify import verify
 from cube_jax.core import suite
 from cube_jax.core.layouts import CountsLayouts, PoolLayouts
-from tests.fake_openai import FakeOpenAI
+from cube_jax.testing.fake_openai import FakeOpenAI
 from tests.rl_tiny import TINY_PPO
-from tests.sound_model import responder
+from cube_jax.testing.sound_model import responder
 
 
 def bench(argv, capsys):
@@ -396,7 +396,7 @@ def test_an_entry_grows_by_tasks_and_episodes(tmp_path, monkeypatch):
 
 
 def test_language_agents_leave_traces_and_tokens_as_evidence(tmp_path, capsys):
-    from cube_jax.evaluation import validate_trace
+    from cube_jax.trace import validate_trace
 
     out = tmp_path / "llm"
     with FakeOpenAI(responder=responder) as server:
@@ -414,7 +414,7 @@ def test_language_agents_leave_traces_and_tokens_as_evidence(tmp_path, capsys):
     assert set(entry["tasks"]["easy"]["aggregates"]) == {"greedy"}  # temperature 0
     traces = sorted(out.glob("traces/easy/*.jsonl"))
     assert len(traces) == 2 and all(validate_trace(p) is None for p in traces)
-    from cube_jax.evaluation import read_trace
+    from cube_jax.trace import read_trace
 
     assert [read_trace(p)[0]["seed"] for p in traces] == [0, 1]  # test episode i plays with seed i
     assert all(f"traces/easy/{p.name}" in entry["evidence"] for p in traces)

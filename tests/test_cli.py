@@ -139,7 +139,7 @@ def test_a_mixed_batched_team_runs_vmapped(tmp_path, capsys):
 
 
 def test_the_team_planner_runs_on_the_cpu_loop_and_writes_traces(tmp_path, capsys):
-    from cube_jax.evaluation import read_trace
+    from cube_jax.trace import read_trace
 
     path, traces = tmp_path / "team.json", tmp_path / "traces"
     code, _ = run(["eval", "--team", "team", "--scenario", "hard", "--episodes", "2", "--seed", "4",

@@ -1,4 +1,4 @@
-"""The JAX environment against ``tests/reference.py``, state by state.
+"""The JAX environment against ``cube_jax/testing/reference.py``, state by state.
 
 Random worlds are drawn so that the interesting rules fire often: blocks touching
 each other (block chains, composites), agents lined up behind block faces and behind
@@ -23,7 +23,7 @@ import pytest
 from hypothesis import assume, given, note, settings
 from hypothesis import strategies as st
 
-from tests import reference as ref
+from cube_jax.testing import reference as ref
 
 S, U, D, L, R = ref.STAY, ref.UP, ref.DOWN, ref.LEFT, ref.RIGHT
 DIRECTIONS = (U, D, L, R)

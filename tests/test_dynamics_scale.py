@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from cube_jax.core import batching, dynamics, movement
-from tests import reference as ref
+from cube_jax.testing import reference as ref
 from tests.test_dynamics_property import DIRECTIONS, choose_actions, compare_episode, place_agents, place_blocks
 
 K, N_AGENTS, N_BLOCKS = 22, 40, 70

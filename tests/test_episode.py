@@ -26,7 +26,8 @@ from cube_jax.agents import (
     policy_agents,
     team_planner_team,
 )
-from cube_jax.evaluation import Episode, Limits, read_trace, run_episodes
+from cube_jax.runtime import Episode, Limits, run_episodes
+from cube_jax.trace import read_trace
 from cube_jax.symbolic import parse_plan
 from tests import interrupts
 from tests.trace_helpers import of, play
@@ -327,7 +328,7 @@ CTRL_C_SCRIPT = """
 import asyncio, sys
 import cube_jax
 from cube_jax.agents import Agent, Decision, Plan
-from cube_jax.evaluation import run_episode
+from cube_jax.runtime import run_episode
 from cube_jax.symbolic import parse_plan
 
 class Slow(Agent):

@@ -14,8 +14,8 @@ import urllib.request
 import pytest
 from openai.types.chat import ChatCompletion
 
-import tests.fake_openai as fake_openai
-from tests.fake_openai import FakeOpenAI, Reply, closed_port_url
+import cube_jax.testing.fake_openai as fake_openai
+from cube_jax.testing.fake_openai import FakeOpenAI, Reply, closed_port_url
 
 REQUEST = {"model": "tiny-model", "messages": [{"role": "user", "content": "hi"}]}
 

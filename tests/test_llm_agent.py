@@ -1,7 +1,7 @@
 """Language agents in the episode loop, through the real client and a loopback server.
 
-The fake server (tests/fake_openai.py) speaks the OpenAI protocol; its replies are
-scripted or come from the sound-plan model (tests/sound_model.py), which reads the
+The fake server (cube_jax/testing/fake_openai.py) speaks the OpenAI protocol; its replies are
+scripted or come from the sound-plan model (cube_jax/testing/sound_model.py), which reads the
 project's prompts and answers with the heuristic's plans.
 """
 from __future__ import annotations
@@ -15,12 +15,13 @@ import pytest
 
 import cube_jax
 from cube_jax.agents import heuristic_team
-from cube_jax.evaluation import Episode, TraceWriter, arun_episodes
+from cube_jax.runtime import Episode, arun_episodes
+from cube_jax.trace import TraceWriter
 from cube_jax.llm import ModelClient, RecordingClient, ReplayClient
 from cube_jax.llm.agent import LLMAgent
 from cube_jax.llm.prompts import PromptBook, write_default_templates
-from tests.fake_openai import FakeOpenAI, closed_port_url
-from tests.sound_model import responder
+from cube_jax.testing.fake_openai import FakeOpenAI, closed_port_url
+from cube_jax.testing.sound_model import responder
 from tests.trace_helpers import per_agent, play
 
 TOPOLOGIES = ["individual", "debate", "centralized", "decentralized"]
@@ -114,7 +115,7 @@ def test_a_dead_server_ends_the_episode_as_truncated(hard):
 
 
 def test_slow_replies_hit_the_wall_clock_limit(hard):
-    from cube_jax.evaluation import Limits
+    from cube_jax.runtime import Limits
 
     with FakeOpenAI(responder=responder, latency=0.3) as server:
         result, _ = play(hard, llm_team(server, 3), limits=Limits(max_wall_s=1.0))

@@ -7,10 +7,10 @@ import json
 import cube_jax
 from cube_jax.analytics.attribution import attribution_summary, attribution_table, plan_failures
 from cube_jax.analytics.report import write_metrics_json
-from cube_jax.evaluation import run_episode
+from cube_jax.runtime import run_episode
 from cube_jax.llm import ModelClient
 from cube_jax.llm.agent import LLMAgent
-from tests.fake_openai import FakeOpenAI
+from cube_jax.testing.fake_openai import FakeOpenAI
 
 
 def plan(t, agent, pid, spec, event, actions=(), reason=None):

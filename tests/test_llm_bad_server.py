@@ -1,5 +1,5 @@
 """Servers that answer badly: every case is recorded in the trace, handled as LLM.md section 4
-says, and none ends the run (the loopback fake server, tests/fake_openai.py)."""
+says, and none ends the run (the loopback fake server, cube_jax/testing/fake_openai.py)."""
 from __future__ import annotations
 
 import io
@@ -8,11 +8,12 @@ import json
 import pytest
 
 import cube_jax
-from cube_jax.evaluation import TraceWriter, run_episode, validate_trace
+from cube_jax.runtime import run_episode
+from cube_jax.trace import TraceWriter, validate_trace
 from cube_jax.llm import ModelClient
 from cube_jax.llm.agent import LLMAgent
-from tests.fake_openai import FakeOpenAI, Reply
-from tests.sound_model import responder
+from cube_jax.testing.fake_openai import FakeOpenAI, Reply
+from cube_jax.testing.sound_model import responder
 
 SOUND_PLAN = json.dumps({"spec": "push_block(block#0)", "plan": [{"action": "idle", "args": {"steps": 2}}]})
 

@@ -11,9 +11,9 @@ import os
 import pytest
 
 from cube_jax import cli
-from cube_jax.evaluation import read_trace, validate_trace
-from tests.fake_openai import FakeOpenAI, closed_port_url
-from tests.sound_model import responder
+from cube_jax.trace import read_trace, validate_trace
+from cube_jax.testing.fake_openai import FakeOpenAI, closed_port_url
+from cube_jax.testing.sound_model import responder
 from tests.trace_helpers import per_agent
 
 KEY = "sk-cli-secret-7731"

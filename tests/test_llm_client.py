@@ -1,5 +1,5 @@
 """The model client, the ask-validate-repair loop and record/replay, through the real
-openai SDK against the loopback server of tests/fake_openai.py (no other network)."""
+openai SDK against the loopback server of cube_jax/testing/fake_openai.py (no other network)."""
 import asyncio
 import doctest
 import json
@@ -24,7 +24,7 @@ from cube_jax.llm import (
     decision_schema,
 )
 from cube_jax.symbolic import parse_plan
-from tests.fake_openai import FakeOpenAI, Reply, closed_port_url
+from cube_jax.testing.fake_openai import FakeOpenAI, Reply, closed_port_url
 
 KEY = "sk-test-SECRET-0123456789abcdef"
 USER = [{"role": "user", "content": "Plan your next move."}]

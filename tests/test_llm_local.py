@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from cube_jax.evaluation import validate_trace
+from cube_jax.trace import validate_trace
 from cube_jax.llm import local
 from cube_jax.llm.local import LocalModelError, LocalServer
 from tests import interrupts

@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from tests.fake_openai import FakeOpenAI
+from cube_jax.testing.fake_openai import FakeOpenAI
 from tests.bench_scripts import load_benchmark
-from tests.sound_model import responder
+from cube_jax.testing.sound_model import responder
 
 
 @pytest.fixture(scope="module")

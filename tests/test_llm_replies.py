@@ -8,6 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import cube_jax.llm.replies as replies
+import cube_jax.llm.reply_formats as reply_formats
 from cube_jax.llm import (
     MAX_NESTING,
     MAX_REPLY_CHARS,
@@ -45,6 +46,7 @@ def problem(text, purpose="plan", context=CONTEXT):
 
 def test_docstring_examples_run():
     assert doctest.testmod(replies).failed == 0
+    assert doctest.testmod(reply_formats).failed == 0
 
 
 # --- extract_json ------------------------------------------------------------------------------

@@ -13,7 +13,8 @@ import pytest
 
 import cube_jax
 from cube_jax.agents import Agent, Decision, NegotiatorAgent, Plan, Purpose, ScriptedAgent, negotiator_team
-from cube_jax.evaluation import Episode, Limits, TraceWriter, run_episodes
+from cube_jax.runtime import Episode, Limits, run_episodes
+from cube_jax.trace import TraceWriter
 from cube_jax.runtime import make_topology
 from cube_jax.symbolic import parse_plan
 from cube_jax.trace import read_trace
@@ -247,8 +248,8 @@ def test_a_world_model_of_another_world_is_refused(tmp_path, capsys):
 def test_a_language_agent_negotiates_beside_negotiators(hard):
     from cube_jax.llm import ModelClient
     from cube_jax.llm.agent import LLMAgent
-    from tests.fake_openai import FakeOpenAI
-    from tests.sound_model import responder
+    from cube_jax.testing.fake_openai import FakeOpenAI
+    from cube_jax.testing.sound_model import responder
 
     with FakeOpenAI(responder=responder) as server:
         client = ModelClient("fake-model", base_url=server.url)

@@ -1,6 +1,6 @@
 """The worked examples of DYNAMICS.md, checked on the reference and on the JAX env.
 
-Every test runs twice: ``[reference]`` steps ``tests/reference.py``, ``[jax]`` steps
+Every test runs twice: ``[reference]`` steps ``cube_jax/testing/reference.py``, ``[jax]`` steps
 ``cube_jax`` through its public API only (``Scenario``, ``make``, ``reset``, ``step``,
 ``layout``, ``grid_observation``). Expected values are written out by hand from the
 spec's table, not computed by either side.
@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
-from tests import reference as ref
+from cube_jax.testing import reference as ref
 
 S, U, D, L, R = ref.STAY, ref.UP, ref.DOWN, ref.LEFT, ref.RIGHT
 

@@ -104,3 +104,29 @@ def test_bad_team_file_entries_are_named(entry, message):
     with pytest.raises(TeamSpecError) as info:
         team_from_entries([entry], 2, kinds=registry.names(provided=["llm"]))
     assert str(info.value).startswith(message), str(info.value)
+
+
+def test_the_registry_builds_an_llm_member_from_the_llm_package(monkeypatch):
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    env = cube_jax.make("hard")
+    members = parse_team("llm:qwen@http://127.0.0.1:8001/v1,heuristic,llm:qwen@http://127.0.0.1:8001/v1",
+                         env.num_agents, kinds=registry.names(provided=["llm"]))
+    agents = team_agents(env, members)
+    assert [a.kind for a in agents] == ["llm", "heuristic", "llm"]
+    assert {(a.client.model, a.client.base_url) for a in agents[::2]} == {("qwen", "http://127.0.0.1:8001/v1")}
+    assert agents[0].client is agents[2].client  # one client per model and server
+
+
+@pytest.mark.parametrize(
+    "spec, message",
+    [
+        ("llm:qwen,heuristic,heuristic", "team: entry 0 (llm:qwen): name the model and its server: llm:<model>@<base URL>"),
+        ("llm,heuristic,heuristic", "team: entry 0 (llm): the local model plays under cube-jax llm and cube-jax serve"),
+    ],
+)
+def test_an_llm_member_without_a_server_is_named(monkeypatch, spec, message):
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    env = cube_jax.make("hard")
+    with pytest.raises(TeamSpecError) as info:
+        team_agents(env, parse_team(spec, env.num_agents, kinds=registry.names(provided=["llm"])))
+    assert str(info.value).startswith(message), str(info.value)

@@ -344,9 +344,9 @@ def test_before_a_checkpoint_the_stall_message_says_to_start_again(tmp_path):
 @pytest.mark.slow
 def test_a_checkpoint_joins_mixed_teams(ippo_run, tmp_path, capsys):
     from cube_jax import cli
-    from cube_jax.evaluation import read_trace
-    from tests.fake_openai import FakeOpenAI
-    from tests.sound_model import responder
+    from cube_jax.trace import read_trace
+    from cube_jax.testing.fake_openai import FakeOpenAI
+    from cube_jax.testing.sound_model import responder
 
     checkpoint = str(ippo_run / "checkpoint")
     # batched: the paper's heuristic beside the trained policy

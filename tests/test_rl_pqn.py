@@ -8,6 +8,7 @@ import pytest
 
 pytest.importorskip("optax")
 
+import chex  # noqa: E402
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 
@@ -273,5 +274,5 @@ def test_a_pqn_run_starts_from_a_saved_pqn_run(pqn_run):
     assert "seeds 0, 1, 0" in line and "every layer carried over as it was" in line
     saved = restore_runner(run_dir / "checkpoint")["params"]
     for seed, source in enumerate([0, 1, 0]):
-        for mine, theirs in zip(jax.tree.leaves(started.params), jax.tree.leaves(saved)):
-            np.testing.assert_array_equal(np.asarray(mine)[seed], np.asarray(theirs)[source])
+        chex.assert_trees_all_equal(jax.tree.map(lambda x: x[seed], started.params),
+                                    jax.tree.map(lambda x: x[source], saved))

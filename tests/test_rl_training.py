@@ -17,6 +17,7 @@ import pytest
 
 pytest.importorskip("optax")
 
+import chex  # noqa: E402
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 
@@ -218,8 +219,7 @@ def test_minibatch_columns_give_the_rows_loss_and_gradient(algo, observation):
 
     want, got = jax.value_and_grad(rows_loss)(runner.params), jax.value_and_grad(columns_loss)(runner.params)
     np.testing.assert_allclose(got[0], want[0], rtol=1e-5)
-    for a, b in zip(jax.tree.leaves(got[1]), jax.tree.leaves(want[1])):
-        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
+    chex.assert_trees_all_close(got[1], want[1], rtol=1e-4, atol=1e-5)
     # the values of the rollout, read after it in one pass, are the critic's at each step
     critic_in = traj.obs if ppo.critic_reads_obs else traj.critic_in
     np.testing.assert_allclose(traj.value, ppo.critic.apply(runner.params["critic"], critic_in), rtol=1e-6, atol=1e-6)

@@ -20,14 +20,14 @@ import pytest
 
 import cube_jax
 from cube_jax.agents import Agent, Decision, OutgoingMessage, Plan, Purpose, ScriptedAgent, heuristic_team
-from cube_jax.evaluation import Limits
+from cube_jax.runtime import Limits
 from cube_jax.llm import ModelClient
 from cube_jax.llm.agent import LLMAgent
 from cube_jax.runtime import Episode, make_topology
 from cube_jax.symbolic import parse_plan
 from tests import interrupts
-from tests.fake_openai import FakeOpenAI, closed_port_url
-from tests.sound_model import responder
+from cube_jax.testing.fake_openai import FakeOpenAI, closed_port_url
+from cube_jax.testing.sound_model import responder
 from tests.trace_helpers import of, per_agent, play
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -279,7 +279,7 @@ def test_the_call_limit_is_hard_with_a_real_server(row):
 CTRL_C_SCRIPT = """
 import asyncio, sys
 import cube_jax
-from cube_jax.evaluation import run_episode
+from cube_jax.runtime import run_episode
 from cube_jax.llm.agent import LLMAgent
 
 class Hanging:

@@ -2,7 +2,7 @@
 
 Expected primitive sequences are worked out by hand from docs/symbolic.md (breadth-first
 distances, tie order UP, DOWN, LEFT, RIGHT). Most worlds are stepped with the plain-Python
-reference of the step rules (``tests/reference.py``, itself checked against the JAX
+reference of the step rules (``cube_jax/testing/reference.py``, itself checked against the JAX
 environment), which needs no compilation; one scenario runs on the JAX environment.
 """
 from __future__ import annotations
@@ -16,7 +16,7 @@ import pytest
 import cube_jax
 from cube_jax.symbolic import PlanError, PlanExecutor, render_symbolic, symbolic_observation
 from cube_jax.symbolic.pathing import World, distance_field, free_cells, queue_targets
-from tests import reference as ref
+from cube_jax.testing import reference as ref
 
 S, U, D, L, R = 0, 1, 2, 3, 4
 

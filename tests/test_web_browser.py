@@ -18,10 +18,11 @@ import pytest
 
 import cube_jax
 from cube_jax.agents import heuristic_team
-from cube_jax.evaluation import read_trace, run_episode, validate_trace
+from cube_jax.runtime import run_episode
+from cube_jax.trace import read_trace, validate_trace
 from cube_jax.web.game import Settings
 from cube_jax.web.server import BackgroundServer, create_app
-from tests.web_helpers import state, until
+from cube_jax.testing.web import state, until
 
 ARTIFACTS = Path(__file__).resolve().parent / "artifacts"
 VIEWPORT = {"width": 1280, "height": 800}

@@ -27,7 +27,7 @@ import cube_jax
 from cube_jax.web import protocol
 from cube_jax.web.game import Settings
 from cube_jax.web.server import WS_MAX_BYTES, BackgroundServer, create_app
-from tests.web_helpers import state, until
+from cube_jax.testing.web import state, until
 
 PERSON = "agent_0"
 

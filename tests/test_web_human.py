@@ -8,7 +8,8 @@ import pytest
 
 import cube_jax
 from cube_jax.agents import Agent, Decision, OutgoingMessage, Plan, ScriptedAgent
-from cube_jax.evaluation import Episode, Limits, validate_trace
+from cube_jax.runtime import Episode, Limits
+from cube_jax.trace import validate_trace
 from cube_jax.trace import read_trace
 from cube_jax.symbolic import parse_plan
 from cube_jax.web import human as human_module

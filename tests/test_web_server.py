@@ -21,13 +21,14 @@ from websockets.sync.client import connect
 import cube_jax
 from cube_jax import cli
 from cube_jax.agents import heuristic_team
-from cube_jax.evaluation import read_trace, run_episode, validate_trace
+from cube_jax.runtime import run_episode
+from cube_jax.trace import read_trace, validate_trace
 from cube_jax.web import protocol
 from cube_jax.web.game import Settings
 from cube_jax.web.server import BackgroundServer, check_host, create_app, is_loopback
-from tests.fake_openai import FakeOpenAI
-from tests.sound_model import responder
-from tests.web_helpers import get, state, until
+from cube_jax.testing.fake_openai import FakeOpenAI
+from cube_jax.testing.sound_model import responder
+from cube_jax.testing.web import get, state, until
 
 ROOT = Path(__file__).resolve().parents[1]
 

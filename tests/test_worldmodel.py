@@ -332,7 +332,7 @@ def test_a_corrupt_file_is_a_one_line_error_naming_the_path(tmp_path, model, edi
 def test_real_heuristic_traces_give_attempts_that_agree_with_the_trace(tmp_path):
     import cube_jax
     from cube_jax.agents import heuristic_team
-    from cube_jax.evaluation import run_episode
+    from cube_jax.runtime import run_episode
 
     env = cube_jax.make("hard")
     model = WorldModel()

@@ -6,7 +6,8 @@ import collections
 import io
 import json
 
-from cube_jax.evaluation import TraceWriter, run_episode, validate_trace
+from cube_jax.runtime import run_episode
+from cube_jax.trace import TraceWriter, validate_trace
 
 
 def play(env, agents, seed=0, **options):

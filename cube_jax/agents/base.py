@@ -313,7 +313,7 @@ class Agent(abc.ABC):
 
     async def aclose(self) -> None:
         """Releases what the agent holds open in the running event loop (connections);
-        :func:`cube_jax.evaluation.run_episode` calls it when its episode ends."""
+        :func:`cube_jax.runtime.run_episode` calls it when its episode ends."""
 
 
 class BatchedPolicy(Protocol):

@@ -21,7 +21,7 @@ The batched JAX version of the heuristic is :mod:`cube_jax.symbolic.jax_heuristi
 takes the same decisions at the same steps (tested).
 
 >>> import cube_jax
->>> from cube_jax.evaluation import run_episode
+>>> from cube_jax.runtime import run_episode
 >>> env = cube_jax.make("easy")
 >>> result = run_episode(env, heuristic_team(env), seed=0)
 >>> result.success, result.blocks_delivered

@@ -7,7 +7,7 @@ waits, so an episode of scripted agents is deterministic.
 >>> import cube_jax
 >>> from cube_jax.agents import Decision, Plan
 >>> from cube_jax.symbolic import parse_plan
->>> from cube_jax.evaluation import run_episode
+>>> from cube_jax.runtime import run_episode
 >>> env = cube_jax.make(scenario=cube_jax.Scenario.from_ascii('''
 ... ......
 ... 0a....

@@ -4,7 +4,7 @@ A team of batched JAX policies (``heuristic``, ``random``, trained checkpoints) 
 episodes at once: every episode is one member of a ``jax.vmap`` batch advancing in jitted
 chunks (:func:`cube_jax.evaluation.evaluate`). Any other team (the team planner, or a mix
 that includes it) plays on the CPU episode loop, one episode after the other
-(:func:`cube_jax.evaluation.run_episode`), which can also write a trace per episode.
+(:func:`cube_jax.runtime.run_episode`), which can also write a trace per episode.
 Episode ``i`` starts from ``env.reset(PRNGKey(seed + i))`` either way; its ``steps`` is the
 step on which it terminated (or ``max_steps``)::
 
@@ -170,7 +170,7 @@ def _cpu_episodes(env, kwargs, members, args) -> Dict[str, Any]:
 
     from tqdm import tqdm
 
-    from cube_jax.evaluation import run_episode
+    from cube_jax.runtime import run_episode
     from cube_jax.teams import team_agents
 
     agents = team_agents(env, members)

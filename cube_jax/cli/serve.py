@@ -110,7 +110,7 @@ def run(parser: argparse.ArgumentParser, args) -> int:
     import cube_jax
     from cube_jax import registry
     from cube_jax.cli.llm import language_agents, local_model
-    from cube_jax.evaluation import Limits
+    from cube_jax.runtime import Limits
     from cube_jax.teams import TeamSpecError, check_team
     from cube_jax.web.game import Settings
 

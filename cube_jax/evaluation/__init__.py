@@ -1,45 +1,37 @@
-"""Playing episodes: the batched JAX rollout, the CPU episode loop and episode traces.
+"""The batched JAX rollout: many episodes of a batched policy at once, in one jitted scan.
 
-* :func:`evaluate` / :func:`rollout` (:mod:`cube_jax.evaluation.batched`): batched JAX
-  policies over many episodes at once;
-* :func:`run_episode` / :func:`run_episodes` / :class:`Episode` (from :mod:`cube_jax.runtime`,
-  the layer below): decision makers of every kind under EmCoop's MAEIL stages and a
-  communication topology;
-* :class:`TraceWriter`, :func:`read_trace`, :func:`validate_trace`
-  (:mod:`cube_jax.trace`): the trace format of LLM.md section 5.
+* :func:`evaluate` / :func:`rollout` / :func:`summarize` (:mod:`cube_jax.evaluation.batched`):
+  batched JAX policies over many episodes at once.
+
+The CPU episode loop (``run_episode``, ``run_episodes``, ``Episode``, ...) lives in
+:mod:`cube_jax.runtime` and the trace format (``TraceWriter``, ``read_trace``, ...) in
+:mod:`cube_jax.trace`. Those names were once re-exported here; they still resolve, with a
+``DeprecationWarning`` that names their home.
 """
-from cube_jax.evaluation.batched import EpisodeStats, evaluate, rollout, summarize
-from cube_jax.runtime import (
-    TOPOLOGIES,
-    Episode,
-    EpisodeResult,
-    Limits,
-    Topology,
-    arun_episode,
-    arun_episodes,
-    make_topology,
-    run_episode,
-    run_episodes,
-)
-from cube_jax.trace import TraceError, TraceWriter, read_trace, validate_trace
+from __future__ import annotations
 
-__all__ = [
-    "Episode",
-    "EpisodeResult",
-    "EpisodeStats",
-    "Limits",
-    "TOPOLOGIES",
-    "Topology",
-    "TraceError",
-    "TraceWriter",
-    "arun_episode",
-    "arun_episodes",
-    "evaluate",
-    "make_topology",
-    "read_trace",
-    "rollout",
-    "run_episode",
-    "run_episodes",
-    "summarize",
-    "validate_trace",
-]
+import importlib
+import warnings
+
+from cube_jax.evaluation.batched import EpisodeStats, evaluate, rollout, summarize
+
+# The names this package used to re-export, and the package each now lives in.
+_MOVED = {
+    **{name: "cube_jax.runtime" for name in (
+        "Episode", "EpisodeResult", "Limits", "TOPOLOGIES", "Topology", "arun_episode", "arun_episodes",
+        "make_topology", "run_episode", "run_episodes")},
+    **{name: "cube_jax.trace" for name in ("TraceError", "TraceWriter", "read_trace", "validate_trace")},
+}
+
+
+def __getattr__(name: str):
+    """Resolve a moved name from its home, warning the caller of the path to use."""
+    home = _MOVED.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    warnings.warn(f"cube_jax.evaluation.{name} is deprecated; import it from {home} "
+                  f"(from {home} import {name})", DeprecationWarning, stacklevel=2)
+    return getattr(importlib.import_module(home), name)
+
+
+__all__ = ["EpisodeStats", "evaluate", "rollout", "summarize"]

@@ -1,11 +1,14 @@
 """The factory of ``llm`` team members: one :class:`~cube_jax.llm.LLMAgent` per agent.
 
-``team_agents(env, members, factories={"llm": LanguageAgents(...)})`` builds the language
-agents of a team; ``cube-jax llm``, ``cube-jax serve`` and ``cube-jax bench run`` share it.
+The registry builds ``llm`` members with :func:`llm_agents` (each member's own model and
+server, the rest at their defaults); ``cube-jax llm``, ``cube-jax serve`` and ``cube-jax
+bench run`` configure a :class:`LanguageAgents` from their options and hand it to
+``team_agents(env, members, factories={"llm": ...})`` instead.
 """
 from __future__ import annotations
 
 import dataclasses
+import os
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
@@ -81,4 +84,35 @@ class LanguageAgents:
         return agents
 
 
-__all__ = ["LanguageAgents"]
+def model_defaults(model: Optional[str], base_url: Optional[str], **settings: Any) -> Dict[str, Any]:
+    """The :class:`~cube_jax.llm.ModelSettings` fields of members that give none of their own:
+    ``base_url`` else ``OPENAI_BASE_URL``; with no server named anywhere and no model, the
+    local model. ``settings``: further fields (``temperature``, ``max_tokens``, ...)."""
+    from cube_jax.llm.client import ModelSettings
+    from cube_jax.llm.local import LOCAL
+
+    base_url = base_url or os.environ.get("OPENAI_BASE_URL")
+    defaults = {f.name: f.default for f in dataclasses.fields(ModelSettings) if f.default is not dataclasses.MISSING}
+    return {**defaults, "model": model if model is not None or base_url else LOCAL, "base_url": base_url, **settings}
+
+
+def llm_agents(env, member, ids) -> List[Any]:
+    """The registry's factory of ``llm`` members outside the commands: each agent talks to the
+    member's model and server (``llm:<model>@<base URL>``, else ``OPENAI_BASE_URL``), with the
+    default prompts and settings. ValueError when the member names no model or server (the
+    local model plays under ``cube-jax llm`` and ``serve``, which start its server)."""
+    from cube_jax.llm.client import ClientPool
+    from cube_jax.llm.local import is_local
+    from cube_jax.llm.prompts import PromptBook
+
+    factory = LanguageAgents(ClientPool(), model_defaults(None, None), PromptBook.default(), max_repairs=2)
+    settings = factory.settings(member)
+    if is_local(settings.model):
+        raise ValueError("the local model plays under cube-jax llm and cube-jax serve, which start its server; "
+                         "elsewhere name a model and its server: llm:<model>@<base URL>")
+    if not settings.model or not settings.base_url:
+        raise ValueError("name the model and its server: llm:<model>@<base URL> (or set OPENAI_BASE_URL)")
+    return factory(env, member, ids)
+
+
+__all__ = ["LanguageAgents", "llm_agents", "model_defaults"]

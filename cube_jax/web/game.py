@@ -1,7 +1,7 @@
 """The live side of the browser app: one episode at a time, its viewers and its people.
 
 A :class:`Hub` holds the world, the team and the run folder. It plays episodes with the
-CPU episode loop (:class:`~cube_jax.evaluation.Episode`), one after the other (seed,
+CPU episode loop (:class:`~cube_jax.runtime.Episode`), one after the other (seed,
 seed + 1, ... on the page's "new episode"), and:
 
 - forwards every trace record, as it is written, to every connected page

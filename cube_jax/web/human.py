@@ -24,7 +24,7 @@ truncated with the reason: a turn in progress raises
 
 >>> import asyncio, cube_jax
 >>> from cube_jax.agents import heuristic_team
->>> from cube_jax.evaluation import Episode, Limits
+>>> from cube_jax.runtime import Episode, Limits
 >>> from cube_jax.web.protocol import Key
 >>> env = cube_jax.make("easy")
 >>> person = HumanAgent()

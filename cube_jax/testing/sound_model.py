@@ -6,8 +6,9 @@ turn this is and whom it may message, and it replies in the JSON reply format wi
 paper's heuristic: everyone on the alive block closest to the goal, ``move_to_block ->
 rendezvous -> push_block``. It speaks as each topology asks (a debate proposal, a leader's
 directive, a follower's acknowledgement, a word to the team in decentralized play) and
-resumes when interrupted. Used as the ``responder`` of :class:`tests.fake_openai.FakeOpenAI`
-it drives whole episodes through the real client, prompts, checks and episode loop.
+resumes when interrupted. Used as the ``responder`` of
+:class:`~cube_jax.testing.fake_openai.FakeOpenAI` it drives whole episodes through the real
+client, prompts, checks and episode loop.
 """
 from __future__ import annotations
 
