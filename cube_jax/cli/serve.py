@@ -97,6 +97,25 @@ def run(parser: argparse.ArgumentParser, args) -> int:
     problem = check_host(args.host, args.public)
     if problem is not None:
         parser.error(f"argument --host: {problem}")
+    world, out = _checked_arguments(parser, args)
+    env, members = _world_and_team(parser, args, world)
+    llm_agents, factories = _language_agents(parser, args, members)
+    settings = _settings(parser, args, world, out, factories)
+    _write_run_file(args, world, out, members, llm_agents)
+    app = create_app(env, settings, replays=args.replay, public=args.public)
+    try:
+        sock = bind(args.host, args.port)
+    except OSError as err:
+        parser.error(f"argument --port: cannot listen on {args.host}:{args.port}: {err.strerror or err}")
+    if args.public:
+        print(f"warning: serving on {args.host}, reachable from other machines: anyone who can connect can watch "
+              "and play; there is no login", file=sys.stderr)
+    _serve(llm_agents, lambda: serve(app, sock), url_of(sock), out)
+    return 0
+
+
+def _checked_arguments(parser, args):
+    """The world's ``make`` keywords and the run folder, once the arguments are checked."""
     check_world(parser, args)
     world = world_kwargs(args) or {"scenario": "hard"}
     if args.budget is not None and args.topology != "decentralized":
@@ -106,16 +125,16 @@ def run(parser: argparse.ArgumentParser, args) -> int:
             parser.error(f"argument --replay: no such trace file or folder: {str(path)[:200]!r}")
     out = args.out or Path("runs") / f"serve-{datetime.datetime.now():%Y%m%d-%H%M%S}"
     check_writable(parser, "--out", out, folder=True)
-
-    import cube_jax
-    from cube_jax import registry
-    from cube_jax.cli.llm import language_agents, local_model
-    from cube_jax.runtime import Limits
-    from cube_jax.teams import TeamSpecError, check_team
-    from cube_jax.web.game import Settings
-
     if args.max_steps is not None:
         world["max_steps"] = args.max_steps
+    return world, out
+
+
+def _world_and_team(parser, args, world):
+    import cube_jax
+    from cube_jax import registry
+    from cube_jax.teams import TeamSpecError, check_team
+
     try:
         env = cube_jax.make(**world)
     except ValueError as err:
@@ -125,47 +144,60 @@ def run(parser: argparse.ArgumentParser, args) -> int:
         check_team(env, members)
     except TeamSpecError as err:
         parser.error(f"argument --team: {err}")
-    factories = {}
-    llm_agents = None
-    if any(m.kind == "llm" for m in members):
-        from cube_jax.llm.prompts import PromptBook
+    return env, members
 
-        try:
-            prompts = PromptBook(args.prompts) if args.prompts is not None else PromptBook.default()
-        except ValueError as err:
-            parser.error(f"argument --prompts: {err}")
-        llm_agents = factories["llm"] = language_agents(parser, args, members, prompts)
+
+def _language_agents(parser, args, members):
+    """``(the language agents' factory, or None, and the team's extra factories)``."""
+    if not any(m.kind == "llm" for m in members):
+        return None, {}
+    from cube_jax.cli.llm import language_agents
+    from cube_jax.llm.prompts import PromptBook
+
+    try:
+        prompts = PromptBook(args.prompts) if args.prompts is not None else PromptBook.default()
+    except ValueError as err:
+        parser.error(f"argument --prompts: {err}")
+    llm_agents = language_agents(parser, args, members, prompts)
+    return llm_agents, {"llm": llm_agents}
+
+
+def _settings(parser, args, world, out, factories):
+    from cube_jax.runtime import Limits
+    from cube_jax.web.game import Settings
+
     try:
         limits = Limits(max_steps=args.max_steps, max_wall_s=args.max_wall)
     except ValueError as err:
         parser.error(str(err))
     out.mkdir(parents=True, exist_ok=True)
-    settings = Settings(world=world, team=args.team, topology=args.topology, budget=args.budget,
-                        max_phases=args.max_phases, directive_timeout=args.directive_timeout, seed=args.seed,
-                        out=out, limits=limits, speed=args.speed, paused=args.paused,
-                        timelines=not args.no_timelines, factories=factories)
+    return Settings(world=world, team=args.team, topology=args.topology, budget=args.budget,
+                    max_phases=args.max_phases, directive_timeout=args.directive_timeout, seed=args.seed,
+                    out=out, limits=limits, speed=args.speed, paused=args.paused,
+                    timelines=not args.no_timelines, factories=factories)
+
+
+def _write_run_file(args, world, out, members, llm_agents) -> None:
     (out / "run.json").write_text(json.dumps({
         "command": "serve", "world": world, "team": args.team, "topology": args.topology, "budget": args.budget,
-        "max_phases": args.max_phases, "directive_timeout": args.directive_timeout, "seed": args.seed, "max_steps": args.max_steps, "max_wall": args.max_wall, "model": args.model,
+        "max_phases": args.max_phases, "directive_timeout": args.directive_timeout, "seed": args.seed,
+        "max_steps": args.max_steps, "max_wall": args.max_wall, "model": args.model,
         "base_url": args.base_url, "members": [m.to_dict() for m in members],
         "models": {agent_name(i): llm_agents.settings(m).to_dict() for i, m in enumerate(members)
                    if m.kind == "llm"}}, indent=2))
-    app = create_app(env, settings, replays=args.replay, public=args.public)
-    try:
-        sock = bind(args.host, args.port)
-    except OSError as err:
-        parser.error(f"argument --port: cannot listen on {args.host}:{args.port}: {err.strerror or err}")
-    if args.public:
-        print(f"warning: serving on {args.host}, reachable from other machines: anyone who can connect can watch "
-              "and play; there is no login", file=sys.stderr)
+
+
+def _serve(llm_agents, serve, url: str, out: Path) -> None:
+    """Serves until Ctrl-C, with the local model's server around it when a member needs it."""
+    from cube_jax.cli.llm import local_model
+
     try:
         with local_model(llm_agents, "serve"):
-            print(f"cube-jax serve: {url_of(sock)} (run folder {out}; Ctrl-C stops)", flush=True)
-            serve(app, sock)
+            print(f"cube-jax serve: {url} (run folder {out}; Ctrl-C stops)", flush=True)
+            serve()
     except KeyboardInterrupt:
         pass
     finally:
         if llm_agents is not None:
             asyncio.run(llm_agents.pool.aclose())
     print(f"outputs in {out}")
-    return 0
