@@ -56,13 +56,13 @@ import jax.numpy as jnp
 import numpy as np
 from pettingzoo import ParallelEnv
 
+from cube_jax.adapters.actions import PlanActionSpace, PlanMode, primitive_actions
 from cube_jax.adapters.render import render_rgb, render_text
 from cube_jax.core.env import make
 from cube_jax.core.observations import grid_bounds, grid_observation
 from cube_jax.core.types import NUM_ACTIONS, State, TimeStep
-from cube_jax.names import agent_name, is_action
-from cube_jax.symbolic.actions import ACTION_SPECS, DIRECTIONS, FACES, PlanError
-from cube_jax.symbolic.executor import DONE, FAILED, PlanExecutor
+from cube_jax.names import agent_name
+from cube_jax.symbolic.executor import PlanExecutor
 
 RENDER_MODES = ("human", "ansi", "rgb_array")
 # PRNGKey keeps only the low 32 bits of a seed (without x64), so larger or negative seeds
@@ -88,55 +88,33 @@ def _pack_step_result(ts: TimeStep, t: jax.Array) -> jax.Array:
     return jnp.concatenate([part.astype(jnp.float32) for part in parts] + [scalars])
 
 
-class PlanActionSpace(gymnasium.spaces.Space):
-    """The actions of plan mode: a primitive (an int in 0..4) or a plan (a text or JSON string,
-    a list of JSON actions, or ``{"plan": [...]}``); None continues a running plan.
-
-    ``sample()`` gives a primitive or a random plan of one to three actions with arguments
-    in range for the world (its block ids), so random play exercises both paths.
-    """
-
-    def __init__(self, num_blocks: int, seed: Optional[int] = None):
-        super().__init__(shape=None, dtype=None, seed=seed)
-        self.num_blocks = int(num_blocks)
-
-    @property
-    def is_np_flattenable(self) -> bool:
-        return False
-
-    def _argument(self, kind: str) -> str:
-        rng = self.np_random
-        if kind == "face":
-            return FACES[int(rng.integers(len(FACES)))]
-        if kind == "direction":
-            return tuple(DIRECTIONS)[int(rng.integers(len(DIRECTIONS)))]
-        if kind == "block":
-            return str(int(rng.integers(self.num_blocks)))
-        return str(int(rng.integers(1, 4)))
-
-    def sample(self, mask=None, probability=None):
-        rng = self.np_random
-        if rng.random() < 0.6:
-            return int(rng.integers(NUM_ACTIONS))
-        specs = list(ACTION_SPECS.values())
-        actions = []
-        for _ in range(int(rng.integers(1, 4))):
-            spec = specs[int(rng.integers(len(specs)))]
-            actions.append(f"{spec.name}({', '.join(self._argument(a.kind) for a in spec.args)})")
-        return "; ".join(actions)
-
-    def contains(self, x) -> bool:
-        if isinstance(x, (bool, np.bool_)):
-            return False
-        if isinstance(x, (int, np.integer)):
-            return is_action(int(x))
-        return x is None or isinstance(x, (str, list, dict))
-
-    def __repr__(self) -> str:
-        return f"PlanActionSpace(primitive 0..{NUM_ACTIONS - 1} or a plan over {self.num_blocks} blocks)"
-
-    def __eq__(self, other) -> bool:
-        return isinstance(other, PlanActionSpace) and other.num_blocks == self.num_blocks
+def _host_result(world, names, ts: TimeStep, state: State):
+    """Per-agent dicts of plain Python values, from a single device-to-host copy."""
+    n, b = len(names), world.num_blocks
+    flat = np.asarray(_pack_step_result(ts, state.t))  # float32[N * obs + 3N + B + 4]
+    obs_size = flat.size - 3 * n - b - 4
+    obs = flat[:obs_size].reshape((n,) + world.observation_shape[1:]).copy()  # writable rows
+    reward, engaged, moved, delivered_mask, flags = np.split(
+        flat[obs_size:], np.cumsum([n, n, n, b])
+    )
+    terminated, truncated = bool(flags[0]), bool(flags[1])
+    delivered = tuple(int(j) for j in np.flatnonzero(delivered_mask))
+    delivered_weight, t = int(flags[2]), int(flags[3])
+    observations = {name: obs[i] for i, name in enumerate(names)}
+    rewards = dict(zip(names, reward.tolist()))
+    terminations = dict.fromkeys(names, terminated)
+    truncations = dict.fromkeys(names, truncated)
+    infos = {
+        name: {
+            "engaged": e,
+            "moved": m,
+            "blocks_delivered": delivered,
+            "delivered_weight": delivered_weight,
+            "t": t,
+        }
+        for name, e, m in zip(names, (engaged > 0).tolist(), (moved > 0).tolist())
+    }
+    return observations, rewards, terminations, truncations, infos
 
 
 class CubeParallelEnv(ParallelEnv):
@@ -169,7 +147,7 @@ class CubeParallelEnv(ParallelEnv):
             self.action_spaces = {name: PlanActionSpace(cfg.num_blocks) for name in self.possible_agents}
         else:
             self.action_spaces = {name: gymnasium.spaces.Discrete(NUM_ACTIONS) for name in self.possible_agents}
-        self.executor: Optional[PlanExecutor] = None
+        self.plan_mode: Optional[PlanMode] = None
         self.state_space = gymnasium.spaces.Box(*grid_bounds(cfg, self.world.max_weight), dtype=np.float32)
         # Seeds episodes started with reset(seed=None); reset(seed=s) re-seeds it from s, so a
         # seeded run of several episodes repeats exactly.
@@ -201,12 +179,10 @@ class CubeParallelEnv(ParallelEnv):
             self._seed_rng = np.random.default_rng(seed)
         self._state, ts = self.world.reset(jax.random.PRNGKey(seed))
         self.agents = self.possible_agents[:]
-        obs, _, _, _, infos = self._to_host(ts, self._state)
+        obs, _, _, _, infos = _host_result(self.world, self.possible_agents, ts, self._state)
         if self.plans:
-            self.executor = PlanExecutor(self.world, keep_history=False)
-            self._needs_input = [True] * len(self.possible_agents)
-            for info in infos.values():
-                info.update(plan_status=DONE, plan_action=None, needs_input=True)
+            self.plan_mode = PlanMode(self.world, self.possible_agents)
+            self.plan_mode.reset_infos(infos)
         if self.render_mode == "human":
             self.render()
         return obs, infos
@@ -218,13 +194,13 @@ class CubeParallelEnv(ParallelEnv):
                 "step: no live agents: the episode has ended or reset() was never called; call reset() first"
             )
         if self.plans:
-            action_array, plan_infos = self._plan_actions(actions)
+            action_array, plan_infos = self.plan_mode.joint_action(actions, self.agents, self._state)
         else:
-            action_array = self._action_array(actions)  # int32[N]
+            action_array = primitive_actions(actions, self.agents, self._agent_index, self.possible_agents)
         self._state, ts = self.world.step(self._state, action_array)
-        result = self._to_host(ts, self._state)
+        result = _host_result(self.world, self.possible_agents, ts, self._state)
         if self.plans:
-            self._add_plan_infos(result[4], plan_infos)
+            self.plan_mode.add_infos(result[4], plan_infos, self._state)
         if result[2][self.agents[0]] or result[3][self.agents[0]]:
             self.agents = []
         if self.render_mode == "human":
@@ -232,6 +208,11 @@ class CubeParallelEnv(ParallelEnv):
         return result
 
     # -- views -----------------------------------------------------------------------------
+    @property
+    def executor(self) -> Optional[PlanExecutor]:
+        """Plan mode's CPU plan executor (None before the first reset or without plans)."""
+        return None if self.plan_mode is None else self.plan_mode.executor
+
     @property
     def jax_state(self) -> State:
         """The underlying (unbatched) JAX ``State`` of the current episode."""
@@ -260,125 +241,11 @@ class CubeParallelEnv(ParallelEnv):
     def close(self) -> None:
         # Nothing is held open: rendering draws into fresh arrays and prints.
         self._state = None
-        self.executor = None
+        self.plan_mode = None
         self.agents = []
 
     def __repr__(self) -> str:
         return f"CubeParallelEnv({self.world!r}, render_mode={self.render_mode!r}, plans={self.plans})"
-
-    # -- plans -----------------------------------------------------------------------------
-    def _plan_actions(self, actions: Dict[str, Any]):
-        """(int32[N] joint action, per-agent plan infos) for a plan-mode step."""
-        if not isinstance(actions, dict):
-            raise ValueError(f"step: actions must be a dict {{agent name: primitive or plan}}, got "
-                             f"{type(actions).__name__}")
-        for name in actions:
-            if name not in self._agent_index:
-                raise ValueError(f"step: unknown agent {name!r}; agents are {self.possible_agents}")
-        ex, state = self.executor, self._state
-        primitives: Dict[int, int] = {}
-        infos: Dict[str, dict] = {name: {} for name in self.possible_agents}
-        for name in self.agents:
-            i = self._agent_index[name]
-            value = actions.get(name)
-            if isinstance(value, np.ndarray) and value.shape == () and np.issubdtype(value.dtype, np.integer):
-                value = value.item()
-            if value is None:
-                if self._needs_input[i]:
-                    raise ValueError(f"step: {name} has no running plan; give it a primitive (0..4) or a plan")
-                continue
-            if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer, str, list, dict)):
-                raise ValueError(f"step: action for {name!r} must be an int in 0..{NUM_ACTIONS - 1} or a plan "
-                                 f"(text or JSON), got {type(value).__name__}")
-            if isinstance(value, (int, np.integer)):
-                if not 0 <= value < NUM_ACTIONS:
-                    raise ValueError(f"step: action for {name!r} must be in 0..{NUM_ACTIONS - 1}, got {value!r}")
-                ex.clear(i)
-                primitives[i] = int(value)
-                continue
-            try:
-                ex.set_plan(i, value, state)
-            except PlanError as err:
-                ex.clear(i)
-                infos[name]["plan_error"] = err.to_dict()
-        before = len(ex.history)
-        ex.keep_history = True
-        joint = ex.act(state)
-        for record in ex.history[before:]:
-            if record.primitive is not None and record.action is not None:
-                infos[agent_name(record.agent)]["plan_action"] = str(record.action)
-        ex.history.clear()
-        ex.keep_history = False
-        for i, value in primitives.items():
-            joint[i] = value
-        for name in self.possible_agents:
-            i = self._agent_index[name]
-            infos[name].setdefault("plan_action", None)
-            status = ex.status(i)
-            infos[name]["plan_status"] = status
-            if status == FAILED and "plan_error" not in infos[name] and ex.error(i) is not None:
-                infos[name]["plan_error"] = ex.error(i).to_dict()
-        return joint, infos
-
-    def _add_plan_infos(self, infos: Dict[str, dict], plan_infos: Dict[str, dict]) -> None:
-        ahead = self.executor.peek(self._state)  # does each plan still have something to emit?
-        self._needs_input = [status in (DONE, FAILED) for status, _ in ahead]
-        for name, info in infos.items():
-            info.update(plan_infos[name])
-            info["needs_input"] = self._needs_input[self._agent_index[name]]
-
-    # -- conversions -----------------------------------------------------------------------
-    def _action_array(self, actions: Dict[str, Any]) -> np.ndarray:
-        if not isinstance(actions, dict):
-            raise ValueError(f"step: actions must be a dict {{agent name: int}}, got {type(actions).__name__}")
-        for name in actions:
-            if name not in self._agent_index:
-                raise ValueError(f"step: unknown agent {name!r}; agents are {self.possible_agents}")
-        out = np.zeros((len(self.possible_agents),), np.int32)
-        for name in self.agents:
-            if name not in actions:
-                raise ValueError(f"step: no action for live agent {name!r}; every live agent needs one")
-            value = actions[name]
-            if isinstance(value, np.ndarray) and value.shape == () and np.issubdtype(value.dtype, np.integer):
-                value = value.item()  # a 0-d integer array, as some samplers return
-            if not isinstance(value, (int, np.integer)) or isinstance(value, (bool, np.bool_)):
-                raise ValueError(
-                    f"step: action for {name!r} must be an int in 0..{NUM_ACTIONS - 1}, got {value!r} "
-                    f"({type(value).__name__})"
-                )
-            if not 0 <= value < NUM_ACTIONS:
-                raise ValueError(f"step: action for {name!r} must be in 0..{NUM_ACTIONS - 1}, got {value!r}")
-            out[self._agent_index[name]] = value
-        return out
-
-    def _to_host(self, ts: TimeStep, state: State):
-        """Per-agent dicts of plain Python values, from a single device-to-host copy."""
-        n, b = len(self.possible_agents), self.world.num_blocks
-        flat = np.asarray(_pack_step_result(ts, state.t))  # float32[N * obs + 3N + B + 4]
-        obs_size = flat.size - 3 * n - b - 4
-        obs = flat[:obs_size].reshape((n,) + self.world.observation_shape[1:]).copy()  # writable rows
-        reward, engaged, moved, delivered_mask, flags = np.split(
-            flat[obs_size:], np.cumsum([n, n, n, b])
-        )
-        terminated, truncated = bool(flags[0]), bool(flags[1])
-        delivered = tuple(int(j) for j in np.flatnonzero(delivered_mask))
-        delivered_weight, t = int(flags[2]), int(flags[3])
-        names = self.possible_agents
-        observations = {name: obs[i] for i, name in enumerate(names)}
-        rewards = dict(zip(names, reward.tolist()))
-        terminations = dict.fromkeys(names, terminated)
-        truncations = dict.fromkeys(names, truncated)
-        infos = {
-            name: {
-                "engaged": e,
-                "moved": m,
-                "blocks_delivered": delivered,
-                "delivered_weight": delivered_weight,
-                "t": t,
-            }
-            for name, e, m in zip(names, (engaged > 0).tolist(), (moved > 0).tolist())
-        }
-        return observations, rewards, terminations, truncations, infos
 
     def _require_state(self, what: str) -> State:
         if self._state is None:
