@@ -5,11 +5,15 @@ overrides may only change values, never invent keys, so a typo fails loudly::
 
     python baselines/ippo.py env.scenario=hard train.num_envs=512 --preset gpu
 
-Layering, later wins: the defaults of :class:`Config`, the algorithm's file
-(``configs/ippo.yaml``), any ``--config FILE``, the ``--preset NAME`` files
-(``configs/NAME.yaml``, repeatable, in order), then the ``key=value`` overrides, whose
+Layering, later wins: the defaults of :class:`Config`, the algorithm's preset file
+(``ippo.yaml``), any ``--config FILE``, the ``--preset NAME`` files (``NAME.yaml``,
+repeatable, in order), then the ``key=value`` overrides, whose
 values are read as YAML. With ``output.resume=<run>`` the run's saved ``config.yaml``
 replaces the files and the overrides are applied again on top of it.
+
+The preset files ship inside the package (``cube_jax/rl/presets/``, read with
+:mod:`importlib.resources`), so an installed package has them; the repository's
+``configs/`` holds copies of them to read, copy and edit.
 
 >>> config = build("ippo", overrides=["train.lr=3e-4", "env.scenario=hard"])
 >>> config.train.lr, config.env.scenario, config.train.num_envs
@@ -23,6 +27,7 @@ from __future__ import annotations
 
 import difflib
 import re
+from importlib import resources
 from pathlib import Path
 from typing import Annotated, Any, Dict, Iterable, Iterator, List, Literal, Mapping, Optional, Sequence, Tuple, Union
 
@@ -41,10 +46,12 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from cube_jax.core.observations import OBSERVATION_FORM_NAMES
+from cube_jax.rl import algorithms
 from cube_jax.rl.shaping import REACH_MODES
 
-CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs"
-ALGO_FILES = ("ippo", "mappo", "pqn_vdn")  # configs/<algo>.yaml; every other file there is a preset
+# The preset files: the algorithms' own (<config_algo>.yaml) and the --preset ones.
+CONFIG_DIR = Path(str(resources.files("cube_jax.rl") / "presets"))
+ALGO_FILES = algorithms.CONFIG_ALGOS  # <algo>.yaml; every other file of CONFIG_DIR is a preset
 
 
 class ConfigError(ValueError):
@@ -76,6 +83,7 @@ Text = Annotated[str, BeforeValidator(_text)]
 # one feature axis ("grid") before its MLP (cube_jax/rl/networks.py).
 ObservationForm = Literal[OBSERVATION_FORM_NAMES]  # type: ignore[valid-type]
 ReachMode = Literal[REACH_MODES]  # type: ignore[valid-type]
+AlgoName = Literal[algorithms.CONFIG_ALGOS]  # type: ignore[valid-type]
 
 
 def _cross_field(message: str, *keys: str) -> PydanticCustomError:
@@ -294,7 +302,7 @@ class DistributedSection(Section):
 class Config(Section):
     """A whole training run. Immutable; ``model_dump()`` is the plain tree saved as config.yaml."""
 
-    algo: Literal["ippo", "mappo", "pqn_vdn"] = Field(
+    algo: AlgoName = Field(
         "ippo", description="PPO whose critic sees the agent's own observation (ippo) or the world (mappo), or "
         "Q-learning of the agents' summed action values (pqn_vdn)",
     )
@@ -315,24 +323,25 @@ class Config(Section):
         # steps, PQN-VDN team steps, both out of num_envs * num_steps env steps.
         t = self.train
         batch = t.num_envs * t.num_steps
-        key = "pqn.num_minibatches" if self.algo == "pqn_vdn" else "train.num_minibatches"
-        minibatches = self.pqn.num_minibatches if self.algo == "pqn_vdn" else t.num_minibatches
+        learner = algorithms.of(self)
+        key, minibatches = learner.minibatches_key, learner.minibatches(self)
         if batch % minibatches:
             raise _cross_field(
                 f"train.num_envs * train.num_steps = {batch} must be divisible by {key} = {minibatches}",
                 "train.num_envs", "train.num_steps", key,
             )
+        ppo_names = " and ".join(a.name for a in algorithms.ALGORITHMS if a.ppo_options and not a.is_variant)
         if self.network.blocked_moves:
-            if self.algo == "pqn_vdn":
-                raise _cross_field("network.blocked_moves=true is for ippo and mappo; pqn_vdn's Q-network reads the "
-                                   "observation alone", "network.blocked_moves", "algo")
+            if not learner.ppo_options:
+                raise _cross_field(f"network.blocked_moves=true is for {ppo_names}; {self.algo}'s Q-network reads "
+                                   "the observation alone", "network.blocked_moves", "algo")
             if self.env.observation == "grid":
                 raise _cross_field("network.blocked_moves=true appends features to a vector; env.observation=grid is "
                                    "a K x K x 6 grid (use vector or egocentric)", "network.blocked_moves", "env.observation")
         if self.network.recurrent:
-            if self.algo == "pqn_vdn":
-                raise _cross_field("network.recurrent=true is for ippo and mappo; pqn_vdn's Q-network is feedforward",
-                                   "network.recurrent", "algo")
+            if not learner.ppo_options:
+                raise _cross_field(f"network.recurrent=true is for {ppo_names}; {self.algo}'s Q-network is "
+                                   "feedforward", "network.recurrent", "algo")
             if t.num_envs % t.num_minibatches:
                 raise _cross_field(
                     f"train.num_minibatches = {t.num_minibatches} must divide train.num_envs = {t.num_envs} with "
@@ -475,7 +484,7 @@ def load_yaml(path: Union[str, Path]) -> Dict[str, Any]:
 
 
 def presets() -> List[str]:
-    """Names usable with ``--preset``: the files of configs/ other than the algorithms' own."""
+    """Names usable with ``--preset``: the preset files other than the algorithms' own."""
     return sorted(p.stem for p in CONFIG_DIR.glob("*.yaml") if p.stem not in ALGO_FILES)
 
 
@@ -485,9 +494,10 @@ def build(
     preset: Union[None, str, Sequence[str]] = None,
     overrides: Iterable[str] = (),
 ) -> Config:
-    """Layers the defaults, configs/<algo>.yaml, extra files, presets and overrides; validated.
+    """Layers the defaults, the preset file <algo>.yaml, extra files, presets and overrides; validated.
 
-    ``preset`` is a name of ``configs/NAME.yaml`` or a list of names, applied in order.
+    ``preset`` is the name of a preset file (``NAME.yaml`` of :data:`CONFIG_DIR`, as in the
+    repository's ``configs/``) or a list of names, applied in order.
     """
     parsed = [(f"override {text!r}", *parse_override(text)) for text in overrides]
     layers = _Layers(algo)
