@@ -13,6 +13,10 @@ but with ``build=None``: the caller that can build them hands their factory to
 :func:`cube_jax.teams.team_agents` (``factories={"llm": ...}``), so no module below
 imports one above it, and every command reads and checks the same team specs.
 
+The ``policy`` kind plays a learner's checkpoint: the learners sit above this layer, so the
+kind names its loader by entry point (:data:`POLICY_LOADER`, ``"module:function"``, the way
+jumanji's registration names an environment) and imports it only when a checkpoint is read.
+
 >>> [k.name for k in kinds() if k.batched is not None]
 ['heuristic', 'random', 'policy']
 >>> get("llm").read_argument("qwen@http://127.0.0.1:8001/v1")
@@ -23,6 +27,7 @@ imports one above it, and every command reads and checks the same team specs.
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import math
 import re
 from pathlib import Path
@@ -215,11 +220,20 @@ def _heuristic_policy(env: CubeEnv, member: Member) -> BatchedPolicy:
     return HeuristicPolicy(env)
 
 
+# load_policy(path) -> a policy with for_world(env, name): supplied by the learners' package
+POLICY_LOADER = "cube_jax.rl.policy:load_policy"
+
+
+def load_entry_point(entry_point: str) -> Any:
+    """The object ``"package.module:attribute"`` names, its module imported now."""
+    module, _, attribute = entry_point.partition(":")
+    return getattr(importlib.import_module(module), attribute)
+
+
 def checkpoint_policy(env: CubeEnv, member: Member) -> BatchedPolicy:
     """The checkpoint of a ``policy`` member as a greedy batched policy on ``env``'s world;
     ValueError (one line, no traceback needed) when there is none or it does not fit."""
-    from cube_jax.rl.policy import load_policy
-
+    load_policy = load_entry_point(POLICY_LOADER)
     path = Path(member.option("checkpoint"))
     try:
         return load_policy(path).for_world(env, name=f"policy:{path.name}")
@@ -294,5 +308,5 @@ register(AgentKind("llm", "a language model behind an OpenAI-compatible server (
 register(AgentKind("human", "a person playing from the web app's page", built_by="cube-jax serve"))
 
 
-__all__ = ["AgentKind", "MODEL_OPTIONS", "Member", "Option", "checkpoint_policy", "get", "kinds", "names",
-           "register"]
+__all__ = ["AgentKind", "MODEL_OPTIONS", "Member", "Option", "POLICY_LOADER", "checkpoint_policy", "get", "kinds",
+           "load_entry_point", "names", "register"]
