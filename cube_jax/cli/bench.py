@@ -114,7 +114,7 @@ def _run(parser, args) -> int:
         tasks = resolve_tasks([t.strip() for t in args.tasks.split(",") if t.strip()])
     except BenchError as err:
         parser.error(str(err))
-    learner = args.agent in ("ippo", "mappo", "ippo_rnn", "mappo_rnn", "pqn_vdn")
+    learner = Contender(args.agent, args.agent).learner is not None
     if learner:
         if (args.tier is None) == (args.env_steps is None):
             parser.error("argument --tier: a learner trains at one budget: give --tier S|M or --env-steps N")
