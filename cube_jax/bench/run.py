@@ -19,8 +19,9 @@ How an agent plays depends on what it is:
 
 The pieces: batched play in :mod:`cube_jax.bench.batched`, learners' training in
 :mod:`cube_jax.bench.training` (the algorithms from :mod:`cube_jax.rl.algorithms`),
-language-model members in :mod:`cube_jax.bench.language`; the runtime's loop and the
-entry's bookkeeping (:class:`Runner`) here.
+language-model members in :mod:`cube_jax.bench.language`, the entry folder's files in
+:mod:`cube_jax.bench.folder`; the runtime's loop and :class:`Runner`, which plays the
+tasks into the entry, here.
 
 Work is kept as it finishes, under ``<entry>/work/``: a task's batched episodes, each loop
 episode, each training run (resumed with ``output.resume``). Running the same command again
@@ -32,7 +33,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import os
 import shutil
 import sys
 import time
@@ -48,6 +48,8 @@ from cube_jax import registry
 from cube_jax.bench import entry as entries
 from cube_jax.bench.batched import (STOCHASTIC_KINDS, BenchError, TaskResult, modes_of, play_batched,  # noqa: F401
                                     play_team, test_indices)
+from cube_jax.bench.folder import WORK_DIR, EntryFolder  # noqa: F401
+from cube_jax.bench.folder import write_npz as _write_npz  # noqa: F401
 from cube_jax.bench.language import language_models
 from cube_jax.bench.replay import replay, scores_of
 from cube_jax.bench.training import check_overrides, train_and_play, train_run, world_overrides  # noqa: F401
@@ -59,7 +61,6 @@ from cube_jax.rl import algorithms
 log = logging.getLogger(__name__)
 
 ALGORITHMS = algorithms.NAMES  # the learners bench run trains
-WORK_DIR = "work"
 
 
 # --- what plays --------------------------------------------------------------------------------------
@@ -292,17 +293,16 @@ class Runner:
         self.episodes = episodes
         self.progress = progress
         self.command = command
-        self.work = self.out / WORK_DIR
+        self.folder = EntryFolder(self.out)
+        self.work = self.folder.work
         self._language = None
-        self._arrays: Dict[str, np.ndarray] = {}  # "<task>/actions" -> int8[E, T, N], what actions.npz holds
 
     # -- the whole entry ---------------------------------------------------------------------------
     def run(self, tasks: Sequence[suite.Task]) -> Dict[str, Any]:
         self.work.mkdir(parents=True, exist_ok=True)
         path = self.out / entries.ENTRY_FILE
-        entry = self._start_entry(path)
-        earlier = entries.load_actions(self.out, entry) if entry["tasks"] else {}
-        self._arrays = {f"{name}/actions": actions for name, actions in earlier.items()}
+        entry = self.folder.start(self.contender.agent(), self.command, self.contender.env_steps
+                                  if self.contender.learner else None)
         start = time.perf_counter()
         self._language, serving = language_models(self.contender, tasks)
         with serving:
@@ -324,10 +324,10 @@ class Runner:
         """Plays task ``t`` (keeping ``kept``'s loop episodes) into ``entry``: its scored episodes,
         test set, wall seconds, tokens, the entry's GIF, traces and evidence."""
         if kept is not None:
-            self._keep_loop_episodes(t, kept)
+            self.folder.keep_loop_episodes(t, kept)
         t0 = time.perf_counter()
         result = self._play_task(t)
-        episodes, self._arrays[f"{t.name}/actions"] = _scored(t, result)
+        episodes, self.folder.arrays[f"{t.name}/actions"] = _scored(t, result)
         entry["test_sets"][t.name] = suite.TEST_SET_SHA256[t.name]
         entry["tasks"][t.name] = self._task_record(t, episodes, result.planned)
         prov = entry["provenance"]
@@ -336,49 +336,9 @@ class Runner:
             prov["tokens"] = {k: sum(r.get("tokens", {}).get(k, 0) for r in entry["tasks"].values())
                               for k in ("model_calls", "prompt_tokens", "completion_tokens")}
         if "gif" not in entry:
-            self._write_gif(entry)
-        self._move_traces(t)
-        entry["evidence"] = self._evidence()
-
-    def _start_entry(self, path: Path) -> Dict[str, Any]:
-        agent = self.contender.agent()
-        prov = entries.provenance(self.command)
-        if self.contender.algorithm:
-            prov["env_steps_per_seed"] = self.contender.env_steps
-        if not path.is_file():
-            return entries.new_entry(agent, prov)
-        entry = entries.read_entry(self.out)
-        if entry["agent"]["spec"] != agent.spec:
-            raise BenchError(f"{path}: an entry of {entry['agent']['spec']!r}, not {agent.spec!r}; give another "
-                             "--out or the same agent to continue it")
-        if entry["agent"] != json.loads(json.dumps(agent.to_dict())):
-            raise BenchError(f"{path}: the entry was made with other settings ({entry['agent']}); give another --out "
-                             "or the same settings to continue it")
-        continued = {k: prov[k] for k in ("git_commit", "git_dirty", "command", "started")}
-        entry["provenance"].setdefault("continued", []).append(continued)
-        return entry
-
-    def _move_traces(self, t: suite.Task) -> None:
-        """A finished task's traces from ``work/`` into ``traces/`` (an interrupted run leaves
-        nothing in the entry that its evidence does not list)."""
-        written = sorted((self.work / t.name).glob("episode-*.jsonl"))
-        if written:
-            folder = self.out / entries.TRACES_DIR / t.name
-            folder.mkdir(parents=True, exist_ok=True)
-            for path in written:
-                os.replace(path, folder / path.name)
-
-    def _keep_loop_episodes(self, t: suite.Task, kept: Dict[str, Any]) -> None:
-        """An entry's task extended to more episodes: its episodes played in the loop are kept (as
-        finished work), so only the missing ones are played; batched and trained play is redone."""
-        folder = self.work / t.name
-        folder.mkdir(parents=True, exist_ok=True)
-        actions = self._arrays[f"{t.name}/actions"]
-        for i, e in enumerate(kept["episodes"]):
-            played = int((actions[i, :, 0] >= 0).sum())
-            record = {k: v for k, v in e.items() if k not in (*entries.SCORES, "actions_digest")}
-            entries.write_json(folder / f"episode-{e['seed']:03d}.json",
-                               {**record, "actions": actions[i, :played].tolist()})
+            self.folder.write_gif(entry)
+        self.folder.move_traces(t)
+        entry["evidence"] = self.folder.evidence()
 
     def _task_record(self, t: suite.Task, episodes: List[Dict[str, Any]], planned: int) -> Dict[str, Any]:
         learns = self.contender.algorithm is not None
@@ -403,48 +363,6 @@ class Runner:
         factories = {"llm": self._language} if self._language is not None else {}
         return play_in_loop(t, self.contender, members, self.work / t.name, self.episodes, factories, self.progress)
 
-    # -- evidence ----------------------------------------------------------------------------------------
-    def _evidence(self) -> Dict[str, str]:
-        """Writes ``actions.npz`` from every finished task's actions; the digest of every evidence
-        file of the entry."""
-        _write_npz(self.out / entries.ACTIONS_FILE, dict(sorted(self._arrays.items())))
-        out = {}
-        for path in sorted(self.out.rglob("*")):
-            rel = path.relative_to(self.out).as_posix()
-            if path.is_file() and not rel.startswith(WORK_DIR + "/") and rel != entries.ENTRY_FILE \
-                    and not rel.endswith(".tmp"):
-                out[rel] = entries.file_digest(path)
-        return out
-
-    def _write_gif(self, entry: Dict[str, Any]) -> None:
-        """One GIF of the entry: the first episode of its first task."""
-        if not entry["tasks"]:
-            return
-        from cube_jax.bench.replay import film
-
-        name = next(iter(entry["tasks"]))
-        first = entry["tasks"][name]["episodes"][0]
-        actions = self._arrays[f"{name}/actions"][0]
-        film(name, first["layout"], first["seed"], actions, self.out / "episode.gif")
-        entry["gif"] = {"task": name, "layout": first["layout"], "seed": first["seed"], "mode": first["mode"],
-                        "file": "episode.gif"}
-
-
-def _write_npz(path: Path, arrays: Dict[str, np.ndarray]) -> None:
-    """A compressed npz whose bytes depend on the arrays alone (fixed member times), atomically."""
-    import io
-    import zipfile
-
-    tmp = path.with_name(path.name + ".tmp")
-    with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED) as archive:
-        for name, array in arrays.items():
-            buffer = io.BytesIO()
-            np.lib.format.write_array(buffer, np.ascontiguousarray(array), allow_pickle=False)
-            info = zipfile.ZipInfo(name + ".npy", date_time=(1980, 1, 1, 0, 0, 0))
-            info.compress_type = zipfile.ZIP_DEFLATED
-            archive.writestr(info, buffer.getvalue())
-    tmp.replace(path)
-
 
 def _summary_line(record: Dict[str, Any]) -> str:
     parts = []
@@ -453,6 +371,7 @@ def _summary_line(record: Dict[str, Any]) -> str:
                      f"{block['success']['mean_ci'][1]:.3f}], blocks {block['blocks']['mean']:.3f}, "
                      f"return {block['return']['mean']:+.3f} ({block['count']} {block['unit']})")
     return "; ".join(parts)
+
 
 __all__ = ["ALGORITHMS", "BenchError", "Contender", "Runner", "check_spec", "layout_world", "modes_of",
            "play_batched", "resolve_tasks"]
