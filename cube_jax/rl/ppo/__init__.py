@@ -27,6 +27,11 @@ with minibatches of whole environments' sequences rather than of single steps. A
 step is bootstrapped from the critic's value of the pre-reset state read with the hidden
 state the critic had after that step, before the reset: the cut episode's memory, one
 step further.
+
+The pieces, a screen each: :mod:`~cube_jax.rl.ppo.critic` (what the critic reads),
+:mod:`~cube_jax.rl.ppo.state` (the runner and the transitions), :mod:`~cube_jax.rl.ppo.rollout`,
+:mod:`~cube_jax.rl.ppo.advantage`, :mod:`~cube_jax.rl.ppo.update` and
+:mod:`~cube_jax.rl.ppo.acting`, composed by :class:`PPO` (:mod:`~cube_jax.rl.ppo.learner`).
 """
 from __future__ import annotations
 

@@ -25,4 +25,3 @@ def sample_categorical(logits: jax.Array, uniform: jax.Array) -> Tuple[jax.Array
     below = jnp.cumsum(jnp.exp(jax.nn.log_softmax(logits, axis=-1)), axis=-1) <= uniform[..., None]
     action = jnp.minimum(jnp.sum(below, axis=-1), logits.shape[-1] - 1).astype(jnp.int32)
     return action, policy_terms(logits, action)[0]
-

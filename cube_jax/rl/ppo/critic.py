@@ -77,8 +77,6 @@ class FinalCriticInputWrapper:
         return self._with_input(*self._env.step(state, actions))
 
 
-
-
 def training_env(env, config, kind: str):
     """``env`` as PPO trains on it: shaped when ``shaping.enabled``, each step's critic input
     of the state it reached (:class:`FinalCriticInputWrapper`) kept under the auto-reset, and

@@ -48,8 +48,9 @@ class Transition:
     critic_hidden: Any = None  # recurrent only: float32[E, N, H] the critic's state after reading critic_in
 
 
-
 def init(ppo, key: jax.Array) -> Runner:
+    """A fresh runner: new networks and optimizer, ``num_envs`` environments reset (their first
+    episodes at random step counts with ``train.stagger_start``), and zeroed hidden states."""
     key, k_actor, k_critic, k_env = jax.random.split(key, 4)
     env_state, ts = jax.vmap(ppo.train_env.reset)(jax.random.split(k_env, ppo.num_envs))
     obs = ts.observation
