@@ -27,8 +27,8 @@ jumanji's registration names an environment) and imports it only when a checkpoi
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import math
+import pkgutil
 import re
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
@@ -224,16 +224,10 @@ def _heuristic_policy(env: CubeEnv, member: Member) -> BatchedPolicy:
 POLICY_LOADER = "cube_jax.rl.policy:load_policy"
 
 
-def load_entry_point(entry_point: str) -> Any:
-    """The object ``"package.module:attribute"`` names, its module imported now."""
-    module, _, attribute = entry_point.partition(":")
-    return getattr(importlib.import_module(module), attribute)
-
-
 def checkpoint_policy(env: CubeEnv, member: Member) -> BatchedPolicy:
     """The checkpoint of a ``policy`` member as a greedy batched policy on ``env``'s world;
     ValueError (one line, no traceback needed) when there is none or it does not fit."""
-    load_policy = load_entry_point(POLICY_LOADER)
+    load_policy = pkgutil.resolve_name(POLICY_LOADER)
     path = Path(member.option("checkpoint"))
     try:
         return load_policy(path).for_world(env, name=f"policy:{path.name}")
@@ -309,4 +303,4 @@ register(AgentKind("human", "a person playing from the web app's page", built_by
 
 
 __all__ = ["AgentKind", "MODEL_OPTIONS", "Member", "Option", "POLICY_LOADER", "checkpoint_policy", "get", "kinds",
-           "load_entry_point", "names", "register"]
+           "names", "register"]

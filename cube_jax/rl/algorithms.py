@@ -22,7 +22,7 @@ The module imports nothing heavy: a trainer is named by its entry point
 from __future__ import annotations
 
 import dataclasses
-import importlib
+import pkgutil
 from typing import Any, Callable, Optional, Tuple
 
 
@@ -68,7 +68,7 @@ class Algorithm:
 
     def trainer_class(self) -> Callable[[Any], Any]:
         """The trainer class, imported on first use."""
-        return load(self.trainer)
+        return pkgutil.resolve_name(self.trainer)
 
     def make_trainer(self, config) -> Any:
         """A trainer of ``config`` (whose ``algo`` is this algorithm's ``config_algo``)."""
@@ -83,12 +83,6 @@ class Algorithm:
         """The minibatch count this algorithm reads from ``config``."""
         section, key = self.minibatches_key.split(".")
         return getattr(getattr(config, section), key)
-
-
-def load(entry_point: str) -> Any:
-    """The object ``"package.module:attribute"`` names, its module imported now."""
-    module, _, attribute = entry_point.partition(":")
-    return getattr(importlib.import_module(module), attribute)
 
 
 ALGORITHMS: Tuple[Algorithm, ...] = (
@@ -133,4 +127,4 @@ def of_meta(meta) -> Algorithm:
     return _BY_NAME[meta.get("algo", "ippo")]
 
 
-__all__ = ["ALGORITHMS", "Algorithm", "CONFIG_ALGOS", "NAMES", "find", "get", "load", "of", "of_meta"]
+__all__ = ["ALGORITHMS", "Algorithm", "CONFIG_ALGOS", "NAMES", "find", "get", "of", "of_meta"]
