@@ -268,8 +268,8 @@ class Config(Section):
     """A whole training run. Immutable; ``model_dump()`` is the plain tree saved as config.yaml."""
 
     algo: AlgoName = Field(
-        "ippo", description="PPO whose critic sees the agent's own observation (ippo) or the world (mappo), or "
-        "Q-learning of the agents' summed action values (pqn_vdn)",
+        algorithms.CONFIG_ALGOS[0], description="; ".join(
+            f"{a.name}: {a.description}" for a in algorithms.ALGORITHMS if not a.is_variant),
     )
     seed: NonNegativeInt = 0
     num_seeds: PositiveInt = Field(1, description="seeds trained at once, in one program (train.seed_axis)")
