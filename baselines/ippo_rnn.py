@@ -11,4 +11,4 @@ import sys
 from launch import main
 
 if __name__ == "__main__":
-    main("ippo", ["--preset", "ippo_rnn", *sys.argv[1:]])
+    main("ippo_rnn", sys.argv[1:])

@@ -1,7 +1,9 @@
 """What the baseline scripts share: logging, the command line, and the guard against a
 stalled XLA CPU runtime, the one place where a run ends the process on its own.
 
-``python baselines/ippo.py`` and ``python baselines/mappo.py`` call :func:`main`.
+Each ``python baselines/<algorithm>.py`` calls :func:`main` with its name in the algorithm
+registry (:mod:`cube_jax.rl.algorithms`), which says what ``config.algo`` it trains as and
+which presets come first.
 """
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
+from cube_jax.rl import algorithms
 from cube_jax.rl.config import Config, ConfigError, build
 
 log = logging.getLogger("baselines")
@@ -120,21 +123,23 @@ def _stop_stalled(err: RuntimeStall, config: Config, run_dir: Path) -> None:
 
 # --- the scripts -------------------------------------------------------------------------------
 def parse_args(algo: str, argv: Optional[List[str]] = None) -> Config:
-    """The scripts' command line -> a validated config; bad input exits with status 2 and a message."""
+    """The command line of the script of algorithm ``algo`` -> a validated config (the
+    algorithm's presets first, then the command line's); bad input exits with status 2 and a message."""
+    learner = algorithms.get(algo)
     parser = argparse.ArgumentParser(
-        prog=f"baselines/{algo}.py",
-        description=f"Train {algo.upper()} on CUBE. Overrides are key=value, e.g. env.scenario=hard "
+        prog=f"baselines/{learner.config_algo}.py",
+        description=f"Train {learner.config_algo.upper()} on CUBE. Overrides are key=value, e.g. env.scenario=hard "
         "train.num_envs=512.",
     )
     parser.add_argument("overrides", nargs="*", help="config overrides key=value (keys: cube_jax/rl/config.py Config)")
     parser.add_argument("--config", action="append", default=[], help="extra YAML config file(s), applied in order")
     parser.add_argument(
         "--preset", action="append", default=[],
-        help="a preset file from configs/, e.g. --preset hard --preset gpu (repeatable, applied in order)",
+        help="a preset (a file of configs/), e.g. --preset hard --preset gpu (repeatable, applied in order)",
     )
     args = parser.parse_args(argv)
     try:
-        return build(algo, args.config, args.preset, args.overrides)
+        return build(learner.config_algo, args.config, [*learner.presets, *args.preset], args.overrides)
     except ConfigError as err:
         parser.error(str(err))
 

@@ -11,4 +11,4 @@ import sys
 from launch import main
 
 if __name__ == "__main__":
-    main("mappo", ["--preset", "mappo_rnn", *sys.argv[1:]])
+    main("mappo_rnn", sys.argv[1:])

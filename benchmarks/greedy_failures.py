@@ -129,12 +129,14 @@ def analyse_run(run_dir: Path, episodes: int, frozen_steps: int) -> Dict[str, An
     import jax.numpy as jnp
 
     from cube_jax.evaluation.batched import episode_keys
+    from cube_jax.rl import algorithms
     from cube_jax.rl import config as C
     from cube_jax.rl.checkpoint import restore_runner
     from cube_jax.rl.run import Session
 
     saved = C.load_yaml(run_dir / "config.yaml")
-    if saved.get("algo") not in ("ippo", "mappo"):
+    learner = algorithms.find(str(saved.get("algo")))
+    if learner is None or learner.q_values:
         raise SystemExit(f"{run_dir}: a {saved.get('algo')} run; this script reads PPO actors (ippo, mappo)")
     config = C.build(saved["algo"], overrides=[f"output.resume={run_dir}"])
     session = Session(config)

@@ -86,10 +86,7 @@ WORLDS = {w.name: w for w in (
     World("n3", "n = 3", ("curriculum",), ("env.n=3",), 30_000_000),
     World("n4", "n = 4", ("curriculum",), ("env.n=4",), 40_000_000),
 )}
-ALGOS = ("ippo", "mappo", "pqn_vdn", "ippo_rnn", "mappo_rnn")
-# The recurrent agents run through their own scripts (baselines/ippo_rnn.py, mappo_rnn.py), which
-# are the PPO driver with their preset applied first: their config is built the same way.
-DRIVER = {"ippo_rnn": ("ippo", ("ippo_rnn",)), "mappo_rnn": ("mappo", ("mappo_rnn",))}
+ALGOS = ("ippo", "mappo", "pqn_vdn", "ippo_rnn", "mappo_rnn")  # the table's order of cube_jax.rl.algorithms
 DEFAULT_ALGOS = ("ippo", "mappo")
 DEFAULT_WORLDS = ("easy", "hard")
 DEFAULT_SEEDS = 10
@@ -216,11 +213,13 @@ def _budget(parser, text: str):
 
 
 def _build(algo: str, presets=(), overrides=()):
-    """``config.build`` for an algorithm of ALGOS (a recurrent one: its driver and preset first)."""
+    """``config.build`` for an algorithm of ALGOS: as its script builds it (a recurrent one,
+    baselines/ippo_rnn.py or mappo_rnn.py, is the PPO driver with its preset applied first)."""
+    from cube_jax.rl import algorithms
     from cube_jax.rl.config import build
 
-    base, own = DRIVER.get(algo, (algo, ()))
-    return build(base, preset=[*own, *presets], overrides=list(overrides))
+    learner = algorithms.get(algo)
+    return build(learner.config_algo, preset=[*learner.presets, *presets], overrides=list(overrides))
 
 
 def _check_algo(parser, algo: str) -> None:

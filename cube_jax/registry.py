@@ -15,6 +15,10 @@ the web app hands its factory to :func:`cube_jax.teams.team_agents` (``factories
 the commands do for ``llm`` with their own settings. Either way no module below imports
 one above it. ``built_by`` names the commands a kind plays in when not everywhere.
 
+The ``policy`` kind plays a learner's checkpoint: the learners sit above this layer, so the
+kind names its loader by entry point (:data:`POLICY_LOADER`, ``"module:function"``, the way
+jumanji's registration names an environment) and imports it only when a checkpoint is read.
+
 >>> [k.name for k in kinds() if k.batched is not None]
 ['heuristic', 'random', 'policy']
 >>> get("llm").read_argument("qwen@http://127.0.0.1:8001/v1")
@@ -25,8 +29,8 @@ one above it. ``built_by`` names the commands a kind plays in when not everywher
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import math
+import pkgutil
 import re
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
@@ -126,10 +130,8 @@ def register(kind: AgentKind) -> AgentKind:
 def imported(path: str) -> Build:
     """The ``build`` of a kind whose factory lives in a layer above this one, named by its
     path ``"module:function"``: the module is imported when the first team is built."""
-    module, _, name = path.partition(":")
-
     def build(env: CubeEnv, member: Member, ids: Sequence[int]) -> List[Agent]:
-        return getattr(importlib.import_module(module), name)(env, member, ids)
+        return pkgutil.resolve_name(path)(env, member, ids)
 
     build.__qualname__ = build.__name__ = path
     return build
@@ -232,11 +234,14 @@ def _heuristic_policy(env: CubeEnv, member: Member) -> BatchedPolicy:
     return HeuristicPolicy(env)
 
 
+# load_policy(path) -> a policy with for_world(env, name): supplied by the learners' package
+POLICY_LOADER = "cube_jax.rl.policy:load_policy"
+
+
 def checkpoint_policy(env: CubeEnv, member: Member) -> BatchedPolicy:
     """The checkpoint of a ``policy`` member as a greedy batched policy on ``env``'s world;
     ValueError (one line, no traceback needed) when there is none or it does not fit."""
-    from cube_jax.rl.policy import load_policy
-
+    load_policy = pkgutil.resolve_name(POLICY_LOADER)
     path = Path(member.option("checkpoint"))
     try:
         return load_policy(path).for_world(env, name=f"policy:{path.name}")
@@ -311,5 +316,5 @@ register(AgentKind("llm", "a language model behind an OpenAI-compatible server (
 register(AgentKind("human", "a person playing from the web app's page", built_by="cube-jax serve"))
 
 
-__all__ = ["AgentKind", "MODEL_OPTIONS", "Member", "Option", "checkpoint_policy", "get", "imported", "kinds",
-           "names", "register"]
+__all__ = ["AgentKind", "MODEL_OPTIONS", "Member", "Option", "POLICY_LOADER", "checkpoint_policy", "get", "imported",
+           "kinds", "names", "register"]

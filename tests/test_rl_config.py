@@ -1,5 +1,6 @@
 """Baseline configs: the typed schema, layering, overrides, presets, resume and the errors a user sees."""
 import doctest
+from pathlib import Path
 
 import pydantic
 import pytest
@@ -8,6 +9,8 @@ import yaml
 from baselines import launch  # the scripts' command line
 from cube_jax.core.observations import OBSERVATION_FORM_NAMES
 from cube_jax.rl import config as C
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_default_ippo_config_is_the_cpu_preset_on_easy():
@@ -84,6 +87,22 @@ def test_gpu_preset_is_one_flag_away():
     cfg = C.build("ippo", preset="gpu")
     assert cfg.train.num_envs == 4096
     assert cfg.env.scenario == "easy"  # the preset changes scale, not the world
+
+
+def test_presets_are_found_by_name_without_the_repository(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # as an installed package runs: no configs/ anywhere near
+    assert C.CONFIG_DIR.relative_to(Path(C.__file__).parent) == Path("presets")
+    assert C.presets() == ["curriculum", "gpu", "hard", "ippo_rnn", "mappo_rnn"]
+    cfg = C.build("mappo", preset="mappo_rnn")
+    assert cfg.network.recurrent is True and cfg.train.num_minibatches == 2
+
+
+def test_the_repository_configs_are_the_packaged_presets():
+    shipped = {p.name: p.read_text() for p in C.CONFIG_DIR.glob("*.yaml")}
+    copies = {p.name: p.read_text() for p in (ROOT / "configs").glob("*.yaml")}
+    assert sorted(shipped) == ["curriculum.yaml", "gpu.yaml", "hard.yaml", "ippo.yaml", "ippo_rnn.yaml",
+                               "mappo.yaml", "mappo_rnn.yaml", "pqn_vdn.yaml"]
+    assert copies == shipped  # configs/ is the users' copy; edit the package's, then copy it there
 
 
 def test_curriculum_preset_trains_on_the_n_curriculum_with_the_nearest_reach():

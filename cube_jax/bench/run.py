@@ -17,6 +17,12 @@ How an agent plays depends on what it is:
   a pool leaves them out), then each seed's policy plays the test episodes, greedy and
   sampled.
 
+The pieces: batched play in :mod:`cube_jax.bench.batched`, learners' training in
+:mod:`cube_jax.bench.training` (the algorithms from :mod:`cube_jax.rl.algorithms`),
+language-model members in :mod:`cube_jax.bench.language`, the entry folder's files in
+:mod:`cube_jax.bench.folder`; the runtime's loop and :class:`Runner`, which plays the
+tasks into the entry, here.
+
 Work is kept as it finishes, under ``<entry>/work/``: a task's batched episodes, each loop
 episode, each training run (resumed with ``output.resume``). Running the same command again
 continues where it stopped and keeps everything finished; ``entry.json`` is rewritten
@@ -27,13 +33,11 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import math
-import os
 import shutil
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 from urllib.parse import urlparse
 
 import jax
@@ -42,20 +46,21 @@ import numpy as np
 
 from cube_jax import registry
 from cube_jax.bench import entry as entries
+from cube_jax.bench.batched import (STOCHASTIC_KINDS, BenchError, TaskResult, modes_of, play_batched,  # noqa: F401
+                                    play_team, test_indices)
+from cube_jax.bench.folder import WORK_DIR, EntryFolder  # noqa: F401
+from cube_jax.bench.folder import write_npz as _write_npz  # noqa: F401
+from cube_jax.bench.language import language_models
 from cube_jax.bench.replay import replay, scores_of
+from cube_jax.bench.training import check_overrides, train_and_play, train_run, world_overrides  # noqa: F401
 from cube_jax.core import suite
 from cube_jax.core.layouts import FixedLayout
 from cube_jax.registry import Member
+from cube_jax.rl import algorithms
 
 log = logging.getLogger(__name__)
 
-ALGORITHMS = ("ippo", "mappo", "ippo_rnn", "mappo_rnn", "pqn_vdn")  # the learners bench run trains
-STOCHASTIC_KINDS = ("random",)
-WORK_DIR = "work"
-
-
-class BenchError(ValueError):
-    """Bad input to ``bench run``: the message names the task, agent or option."""
+ALGORITHMS = algorithms.NAMES  # the learners bench run trains
 
 
 # --- what plays --------------------------------------------------------------------------------------
@@ -76,8 +81,13 @@ class Contender:
     concurrency: int = 1
 
     @property
+    def learner(self) -> Optional[algorithms.Algorithm]:
+        """The algorithm that trains this contender's policies, when it is a learner."""
+        return algorithms.find(self.spec)
+
+    @property
     def algorithm(self) -> Optional[str]:
-        return self.spec if self.spec in ALGORITHMS else None
+        return self.learner.name if self.learner else None
 
     def members(self, num_agents: int, task_name: str) -> List[Member]:
         """One member per agent for a task of ``num_agents`` agents; BenchError naming the task
@@ -130,7 +140,7 @@ class Contender:
 
 def check_spec(spec: str) -> None:
     """BenchError when ``spec`` names no agent the registry or the learners know."""
-    if spec in ALGORITHMS:
+    if algorithms.find(spec):
         return
     known = registry.names(provided=["llm"])
     for part in spec.split(","):
@@ -151,65 +161,6 @@ def resolve_tasks(names: Sequence[str]) -> List[suite.Task]:
         except ValueError as err:
             raise BenchError(str(err)) from None
     return [t for t in suite.TASKS if t in out]
-
-
-# --- batched play ------------------------------------------------------------------------------------------
-
-
-def modes_of(policy, members: Sequence[Member]) -> Tuple[str, ...]:
-    """How a batched team is scored: greedy and sampled when its action choice can be either
-    (a trained policy), sampled alone when it is random, greedy alone when deterministic."""
-    if hasattr(policy, "states"):
-        return entries.MODES
-    if any(m.kind in STOCHASTIC_KINDS for m in members):
-        return ("sampled",)
-    return ("greedy",)
-
-
-def _policy_states(policy, keys: jax.Array, mode: str):
-    if hasattr(policy, "states"):
-        return policy.states(keys, jnp.full((keys.shape[0],), mode == "greedy"))
-    return jax.vmap(policy.init)(keys)
-
-
-def play_batched(t: suite.Task, env, policy, mode: str, layout_index: np.ndarray, seeds: np.ndarray,
-                 progress: bool = True) -> np.ndarray:
-    """Every episode at once (layout ``layout_index[i]``, seed ``seeds[i]``), in jitted chunks of
-    steps until all have ended: int8[E, T, N] actions, -1 after each episode's end."""
-    from tqdm import tqdm
-
-    layouts = jax.tree.map(lambda x: jnp.asarray(np.asarray(x)[layout_index]), suite.test_set(t))
-    keys = jax.vmap(jax.random.PRNGKey)(jnp.asarray(seeds, jnp.uint32))
-    states, _ = jax.vmap(env.reset_to)(layouts, keys)
-    policy_states = _policy_states(policy, jax.vmap(lambda k: jax.random.fold_in(k, 1))(keys), mode)
-    chunk = max(1, math.ceil(env.max_steps / 20))
-
-    def one(state, policy_state, done):
-        actions, new_policy_state = policy.act(state, policy_state)
-        new_state, ts = env.step(state, actions)
-        keep = lambda new, old: jnp.where(done, old, new)  # noqa: E731 - an ended episode stays as it is
-        recorded = jnp.where(done, entries.NO_ACTION, actions).astype(jnp.int8)
-        return (jax.tree.map(keep, new_state, state), jax.tree.map(keep, new_policy_state, policy_state),
-                done | ts.terminated | ts.truncated, recorded)
-
-    def steps(carry, _):
-        *carry, recorded = jax.vmap(one)(*carry)
-        return tuple(carry), recorded
-
-    run = jax.jit(lambda carry: jax.lax.scan(steps, carry, None, length=chunk))
-    carry = (states, policy_states, jnp.zeros((len(seeds),), bool))
-    recorded = []
-    with tqdm(total=env.max_steps, unit="step", desc=f"{t.name} {mode}", disable=not progress,
-              file=sys.stderr, leave=False) as bar:
-        while len(recorded) * chunk < env.max_steps:
-            carry, actions = run(carry)
-            recorded.append(np.asarray(actions))
-            done = np.asarray(carry[2])
-            bar.update(chunk)
-            bar.set_postfix(ended=f"{int(done.sum())}/{len(seeds)}")
-            if done.all():
-                break
-    return np.swapaxes(np.concatenate(recorded, axis=0), 0, 1)[:, : env.max_steps]
 
 
 # --- play in the runtime's loop -----------------------------------------------------------------------------
@@ -252,69 +203,64 @@ def loop_episode(t: suite.Task, contender: Contender, members: Sequence[Member],
     return episode, actions
 
 
-# --- training ---------------------------------------------------------------------------------------------------
+def play_in_loop(t: suite.Task, contender: Contender, members: Sequence[Member], folder: Path, episodes: int,
+                 factories: Dict, progress: bool = True) -> TaskResult:
+    """Episode by episode (``concurrency`` at a time), each kept in ``folder`` as it ends (a
+    second call plays only the episodes not kept there)."""
+    from tqdm import tqdm
 
+    from cube_jax.runtime import arun_episodes
+    from cube_jax.runtime.play import run_sync
 
-ALGORITHM_PRESETS = {"ippo": ("ippo", None), "mappo": ("mappo", None), "ippo_rnn": ("ippo", "ippo_rnn"),
-                     "mappo_rnn": ("mappo", "mappo_rnn"), "pqn_vdn": ("pqn_vdn", None)}
-FIXED_BY_TASK = ("env.scenario", "env.n", "env.num_agents", "env.max_steps", "seed", "num_seeds",
-                 "train.total_timesteps", "train.target_success", "train.max_seconds", "output.")
-
-
-def world_overrides(t: suite.Task) -> List[str]:
-    world = dict(t.world)
-    if "n" in world:
-        return ["env.scenario=null", f"env.n={world['n']}", f"env.max_steps={t.max_steps}"]
-    out = [f"env.scenario={world['scenario']}", f"env.max_steps={t.max_steps}"]
-    if "num_agents" in world:
-        out.append(f"env.num_agents={world['num_agents']}")
-    return out
-
-
-def check_overrides(overrides: Sequence[str]) -> None:
-    for text in overrides:
-        key = text.split("=", 1)[0].strip()
-        if any(key == fixed or (fixed.endswith(".") and key.startswith(fixed)) for fixed in FIXED_BY_TASK):
-            raise BenchError(f"--set {text!r}: {key} is fixed by the benchmark (the task, the tier and the seeds set it)")
-
-
-def train_run(t: suite.Task, contender: Contender, seed: int, run_dir: Path) -> Dict[str, Any]:
-    """One training run of ``contender``'s algorithm on ``t``'s world with ``seed``, exactly its
-    budget (no early stop), resumed from ``run_dir`` when it holds an unfinished run; returns
-    its summary (``summary.json``)."""
-    from cube_jax.rl.config import ConfigError, build
-    from cube_jax.rl.run import train_and_report
-
-    summary_file = run_dir / "summary.json"
-    if summary_file.is_file():
-        return json.loads(summary_file.read_text())
-    algo, preset = ALGORITHM_PRESETS[contender.algorithm]
-    base = [*world_overrides(t), f"seed={seed}", "num_seeds=1", "train.target_success=null", "train.max_seconds=null",
-            f"output.root={run_dir.parent}", f"output.name={run_dir.name}", "output.gif=false",
-            "output.checkpoint=true"]
+    folder.mkdir(parents=True, exist_ok=True)
+    layout_index, seeds = test_indices(t, episodes)
+    mode = loop_mode(contender, members)
+    concurrency = max(1, contender.concurrency)
+    todo = [(int(li), int(s)) for li, s in zip(layout_index, seeds) if not (folder / f"episode-{s:03d}.json").is_file()]
+    bar = tqdm(total=len(seeds), initial=len(seeds) - len(todo), unit="episode", desc=t.name,
+               disable=not progress, file=sys.stderr)
+    uses_llm = any(m.kind == "llm" for m in members)
     try:
-        config = build(algo, preset=preset, overrides=[*base, *contender.overrides])
-        per_update = config.train.num_envs * config.train.num_steps
-        total = math.ceil(contender.env_steps / per_update) * per_update  # at least the budget, whole updates
-        resume = [f"output.resume={run_dir}"] if (run_dir / "checkpoint").is_dir() else []
-        config = build(algo, preset=preset, overrides=[*base, *contender.overrides, f"train.total_timesteps={total}",
-                                                       *resume])
-    except ConfigError as err:
-        raise BenchError(f"{contender.spec} on task {t.name!r}: {err}") from None
-    run_dir.mkdir(parents=True, exist_ok=True)
-    return train_and_report(config, run_dir=run_dir)
+        for start in range(0, len(todo), concurrency):
+            batch = todo[start:start + concurrency]
+            # each trace written beside the episode's record; moved into traces/ with the finished task
+            played = [loop_episode(t, contender, members, li, s, factories,
+                                   folder / f"episode-{s:03d}.jsonl" if uses_llm else None) for li, s in batch]
+            results = run_sync(lambda: arun_episodes([p[0] for p in played], concurrency=concurrency))
+            for (li, s), (_, actions), result in zip(batch, played, results):
+                record = {"layout": li, "seed": s, "mode": mode, "run": 0, "actions": actions}
+                if result.error is not None:
+                    raise RuntimeError(f"task {t.name!r}: episode {s} stopped on an error: {result.error}")
+                if not result.terminated and result.steps < t.max_steps:
+                    record["end_reason"] = result.reason
+                if uses_llm:
+                    record.update(model_calls=result.model_calls, prompt_tokens=result.prompt_tokens,
+                                  completion_tokens=result.completion_tokens,
+                                  trace=f"{entries.TRACES_DIR}/{t.name}/episode-{s:03d}.jsonl")
+                entries.write_json(folder / f"episode-{s:03d}.json", record)
+                bar.update(1)
+    finally:
+        bar.close()
+    records, actions = [], []
+    for s in seeds:
+        record = json.loads((folder / f"episode-{int(s):03d}.json").read_text())
+        actions.append(np.asarray(record.pop("actions"), np.int8).reshape(-1, t.num_agents))
+        records.append(record)
+    return TaskResult(records, actions, episodes)
+
+
+def loop_mode(contender: Contender, members: Sequence[Member]) -> str:
+    """How a team in the loop acts: sampled when a member draws at random (a random agent, a
+    language model above temperature 0), greedy otherwise."""
+    if any(m.kind in STOCHASTIC_KINDS for m in members):
+        return "sampled"
+    if any(m.kind == "llm" for m in members):
+        temperature = contender.model_defaults.get("temperature", 0.0) or 0.0
+        return "greedy" if temperature == 0 else "sampled"
+    return "greedy"
 
 
 # --- the entry ---------------------------------------------------------------------------------------------------
-
-
-@dataclasses.dataclass
-class TaskResult:
-    """A task's played episodes: records (layout, seed, mode, run and extras) and their actions."""
-
-    episodes: List[Dict[str, Any]]
-    actions: List[np.ndarray]  # int8[T_i, N] each, the played steps only
-    planned: int
 
 
 def _scored(t: suite.Task, result: TaskResult) -> Tuple[List[Dict[str, Any]], np.ndarray]:
@@ -335,12 +281,6 @@ def _scored(t: suite.Task, result: TaskResult) -> Tuple[List[Dict[str, Any]], np
     return out, padded
 
 
-def _trim(actions: np.ndarray) -> List[np.ndarray]:
-    """Each episode's played steps of int8[E, T, N] (-1 after the end)."""
-    played = (actions[:, :, 0] >= 0).sum(axis=1)
-    return [actions[i, : played[i]] for i in range(actions.shape[0])]
-
-
 class Runner:
     """Plays one contender on tasks into one entry folder, resuming from its ``work/``."""
 
@@ -353,40 +293,25 @@ class Runner:
         self.episodes = episodes
         self.progress = progress
         self.command = command
-        self.work = self.out / WORK_DIR
+        self.folder = EntryFolder(self.out)
+        self.work = self.folder.work
         self._language = None
-        self._arrays: Dict[str, np.ndarray] = {}  # "<task>/actions" -> int8[E, T, N], what actions.npz holds
 
     # -- the whole entry ---------------------------------------------------------------------------
     def run(self, tasks: Sequence[suite.Task]) -> Dict[str, Any]:
         self.work.mkdir(parents=True, exist_ok=True)
         path = self.out / entries.ENTRY_FILE
-        entry = self._start_entry(path)
-        earlier = entries.load_actions(self.out, entry) if entry["tasks"] else {}
-        self._arrays = {f"{name}/actions": actions for name, actions in earlier.items()}
+        entry = self.folder.start(self.contender.agent(), self.command, self.contender.env_steps
+                                  if self.contender.learner else None)
         start = time.perf_counter()
-        with self._language_models(tasks):
+        self._language, serving = language_models(self.contender, tasks)
+        with serving:
             for t in tasks:
                 kept = entry["tasks"].get(t.name)
                 if kept is not None and kept["episodes_per_run"] >= self.episodes:
                     log.info("%s: kept from the earlier run (%d episodes)", t.name, kept["episodes_per_run"])
                     continue
-                if kept is not None:
-                    self._keep_loop_episodes(t, kept)
-                t0 = time.perf_counter()
-                result = self._play_task(t)
-                episodes, self._arrays[f"{t.name}/actions"] = _scored(t, result)
-                entry["test_sets"][t.name] = suite.TEST_SET_SHA256[t.name]
-                entry["tasks"][t.name] = self._task_record(t, episodes, result.planned)
-                entry["provenance"]["wall_seconds"] = round(entry["provenance"].get("wall_seconds", 0.0)
-                                                            + time.perf_counter() - t0, 2)
-                if "tokens" in entry["tasks"][t.name]:
-                    entry["provenance"]["tokens"] = {k: sum(r.get("tokens", {}).get(k, 0) for r in entry["tasks"].values())
-                                                     for k in ("model_calls", "prompt_tokens", "completion_tokens")}
-                if "gif" not in entry:
-                    self._write_gif(entry)
-                self._move_traces(t)
-                entry["evidence"] = self._evidence()
+                self._run_task(t, entry, kept)
                 entries.write_json(path, entry)
                 shutil.rmtree(self.work / t.name, ignore_errors=True)  # its episodes are in the entry now
                 log.info("%s: %s", t.name, _summary_line(entry["tasks"][t.name]))
@@ -395,45 +320,25 @@ class Runner:
         log.info("entry in %s (%.1f s)", self.out, time.perf_counter() - start)
         return entry
 
-    def _start_entry(self, path: Path) -> Dict[str, Any]:
-        agent = self.contender.agent()
-        prov = entries.provenance(self.command)
-        if self.contender.algorithm:
-            prov["env_steps_per_seed"] = self.contender.env_steps
-        if not path.is_file():
-            return entries.new_entry(agent, prov)
-        entry = entries.read_entry(self.out)
-        if entry["agent"]["spec"] != agent.spec:
-            raise BenchError(f"{path}: an entry of {entry['agent']['spec']!r}, not {agent.spec!r}; give another "
-                             "--out or the same agent to continue it")
-        if entry["agent"] != json.loads(json.dumps(agent.to_dict())):
-            raise BenchError(f"{path}: the entry was made with other settings ({entry['agent']}); give another --out "
-                             "or the same settings to continue it")
-        continued = {k: prov[k] for k in ("git_commit", "git_dirty", "command", "started")}
-        entry["provenance"].setdefault("continued", []).append(continued)
-        return entry
-
-    def _move_traces(self, t: suite.Task) -> None:
-        """A finished task's traces from ``work/`` into ``traces/`` (an interrupted run leaves
-        nothing in the entry that its evidence does not list)."""
-        written = sorted((self.work / t.name).glob("episode-*.jsonl"))
-        if written:
-            folder = self.out / entries.TRACES_DIR / t.name
-            folder.mkdir(parents=True, exist_ok=True)
-            for path in written:
-                os.replace(path, folder / path.name)
-
-    def _keep_loop_episodes(self, t: suite.Task, kept: Dict[str, Any]) -> None:
-        """An entry's task extended to more episodes: its episodes played in the loop are kept (as
-        finished work), so only the missing ones are played; batched and trained play is redone."""
-        folder = self.work / t.name
-        folder.mkdir(parents=True, exist_ok=True)
-        actions = self._arrays[f"{t.name}/actions"]
-        for i, e in enumerate(kept["episodes"]):
-            played = int((actions[i, :, 0] >= 0).sum())
-            record = {k: v for k, v in e.items() if k not in (*entries.SCORES, "actions_digest")}
-            entries.write_json(folder / f"episode-{e['seed']:03d}.json",
-                               {**record, "actions": actions[i, :played].tolist()})
+    def _run_task(self, t: suite.Task, entry: Dict[str, Any], kept: Optional[Dict[str, Any]]) -> None:
+        """Plays task ``t`` (keeping ``kept``'s loop episodes) into ``entry``: its scored episodes,
+        test set, wall seconds, tokens, the entry's GIF, traces and evidence."""
+        if kept is not None:
+            self.folder.keep_loop_episodes(t, kept)
+        t0 = time.perf_counter()
+        result = self._play_task(t)
+        episodes, self.folder.arrays[f"{t.name}/actions"] = _scored(t, result)
+        entry["test_sets"][t.name] = suite.TEST_SET_SHA256[t.name]
+        entry["tasks"][t.name] = self._task_record(t, episodes, result.planned)
+        prov = entry["provenance"]
+        prov["wall_seconds"] = round(prov.get("wall_seconds", 0.0) + time.perf_counter() - t0, 2)
+        if "tokens" in entry["tasks"][t.name]:
+            prov["tokens"] = {k: sum(r.get("tokens", {}).get(k, 0) for r in entry["tasks"].values())
+                              for k in ("model_calls", "prompt_tokens", "completion_tokens")}
+        if "gif" not in entry:
+            self.folder.write_gif(entry)
+        self.folder.move_traces(t)
+        entry["evidence"] = self.folder.evidence()
 
     def _task_record(self, t: suite.Task, episodes: List[Dict[str, Any]], planned: int) -> Dict[str, Any]:
         learns = self.contender.algorithm is not None
@@ -447,194 +352,16 @@ class Runner:
         return record
 
     # -- playing one task ------------------------------------------------------------------------------
-    def _indices(self, t: suite.Task) -> Tuple[np.ndarray, np.ndarray]:
-        seeds = np.arange(self.episodes)
-        return (np.zeros_like(seeds) if t.fixed_layout else seeds), seeds
-
     def _play_task(self, t: suite.Task) -> TaskResult:
         from cube_jax.teams import is_batched
 
-        if self.contender.algorithm:
-            return self._train_and_play(t)
+        if self.contender.learner:
+            return train_and_play(t, self.contender, self.work, self.episodes, self.progress)
         members = self.contender.members(t.num_agents, t.name)
         if is_batched(members):
-            return self._play_batched_team(t, members)
-        return self._play_in_loop(t, members)
-
-    def _play_batched_team(self, t: suite.Task, members: Sequence[Member], run: int = 0) -> TaskResult:
-        from cube_jax.teams import TeamSpecError, batched_team
-
-        env = t.make()
-        try:
-            policy = batched_team(env, members)
-        except TeamSpecError as err:
-            raise BenchError(f"task {t.name!r}: {err}") from None
-        layout_index, seeds = self._indices(t)
-        episodes, actions = [], []
-        for mode in modes_of(policy, members):
-            played = _trim(play_batched(t, env, policy, mode, layout_index, seeds, self.progress))
-            actions += played
-            episodes += [{"layout": int(li), "seed": int(s), "mode": mode, "run": run}
-                         for li, s in zip(layout_index, seeds)]
-        return TaskResult(episodes, actions, self.episodes)
-
-    def _train_and_play(self, t: suite.Task) -> TaskResult:
-        episodes, actions = [], []
-        for run, seed in enumerate(self.contender.seeds):
-            run_dir = self.work / "train" / t.name / f"seed-{seed}"
-            summary = train_run(t, self.contender, seed, run_dir)
-            log.info("%s seed %d: %s env steps in %.0f s", t.name, seed, f"{summary['env_steps']:,}",
-                     summary["wall_seconds"])
-            checkpoint = str(run_dir / "checkpoint")
-            member = Member("policy", checkpoint, (("checkpoint", checkpoint),))
-            played = self._play_batched_team(t, [member] * t.num_agents, run=run)
-            for e in played.episodes:
-                e["training_seed"] = seed
-                e["env_steps"] = int(summary["env_steps"])
-            episodes += played.episodes
-            actions += played.actions
-        return TaskResult(episodes, actions, self.episodes)
-
-    def _play_in_loop(self, t: suite.Task, members: Sequence[Member]) -> TaskResult:
-        """Episode by episode (``concurrency`` at a time), each kept in ``work/`` as it ends."""
-        from tqdm import tqdm
-
-        from cube_jax.runtime import arun_episodes
-        from cube_jax.runtime.play import run_sync
-
-        folder = self.work / t.name
-        folder.mkdir(parents=True, exist_ok=True)
-        layout_index, seeds = self._indices(t)
-        mode = self._loop_mode(members)
+            return play_team(t, members, self.episodes, self.progress)
         factories = {"llm": self._language} if self._language is not None else {}
-        todo = [(int(li), int(s)) for li, s in zip(layout_index, seeds) if not (folder / f"episode-{s:03d}.json").is_file()]
-        bar = tqdm(total=len(seeds), initial=len(seeds) - len(todo), unit="episode", desc=t.name,
-                   disable=not self.progress, file=sys.stderr)
-        uses_llm = any(m.kind == "llm" for m in members)
-        try:
-            for start in range(0, len(todo), max(1, self.contender.concurrency)):
-                batch = todo[start:start + max(1, self.contender.concurrency)]
-                played = []
-                for li, s in batch:
-                    # written beside the episode's record; moved into traces/ with the finished task
-                    trace = folder / f"episode-{s:03d}.jsonl" if uses_llm else None
-                    played.append(loop_episode(t, self.contender, members, li, s, factories, trace))
-                results = run_sync(lambda: arun_episodes([p[0] for p in played],
-                                                         concurrency=max(1, self.contender.concurrency)))
-                for (li, s), (_, actions), result in zip(batch, played, results):
-                    record = {"layout": li, "seed": s, "mode": mode, "run": 0, "actions": actions}
-                    if result.error is not None:
-                        raise RuntimeError(f"task {t.name!r}: episode {s} stopped on an error: {result.error}")
-                    if not result.terminated and result.steps < t.max_steps:
-                        record["end_reason"] = result.reason
-                    if uses_llm:
-                        record.update(model_calls=result.model_calls, prompt_tokens=result.prompt_tokens,
-                                      completion_tokens=result.completion_tokens,
-                                      trace=f"{entries.TRACES_DIR}/{t.name}/episode-{s:03d}.jsonl")
-                    entries.write_json(folder / f"episode-{s:03d}.json", record)
-                    bar.update(1)
-        finally:
-            bar.close()
-        episodes, actions = [], []
-        for s in seeds:
-            record = json.loads((folder / f"episode-{int(s):03d}.json").read_text())
-            actions.append(np.asarray(record.pop("actions"), np.int8).reshape(-1, t.num_agents))
-            episodes.append(record)
-        return TaskResult(episodes, actions, self.episodes)
-
-    def _loop_mode(self, members: Sequence[Member]) -> str:
-        if any(m.kind in STOCHASTIC_KINDS for m in members):
-            return "sampled"
-        if any(m.kind == "llm" for m in members):
-            temperature = self.contender.model_defaults.get("temperature", 0.0) or 0.0
-            return "greedy" if temperature == 0 else "sampled"
-        return "greedy"
-
-    # -- language models -------------------------------------------------------------------------------
-    def _language_models(self, tasks: Sequence[suite.Task]):
-        """A context in which ``self._language`` builds the ``llm`` members (the local model's
-        server running when a member plays it)."""
-        import contextlib
-
-        if "llm" not in [e.split(":", 1)[0] for e in self.contender.spec.split(",")]:
-            return contextlib.nullcontext()
-        from cube_jax.llm.client import ClientPool
-        from cube_jax.llm.factory import LanguageAgents
-        from cube_jax.llm.local import LocalServer, is_local
-        from cube_jax.llm.prompts import PromptBook
-
-        defaults = {"model": "local", "base_url": None, "api_key_env": None, "temperature": 0.0, "max_tokens": 256,
-                    "timeout": 120.0, "max_retries": 2, **self.contender.model_defaults}
-        api_key = defaults.pop("api_key", None)
-        max_repairs = defaults.pop("max_repairs", 2)
-        server = {"threads": defaults.pop("local_threads", 1), "port": defaults.pop("local_port", 0)}
-        factory = LanguageAgents(ClientPool(api_key), defaults, PromptBook.default(), max_repairs=max_repairs)
-        members = self.contender.members(tasks[0].num_agents, tasks[0].name)
-        local = sum(is_local(factory.settings(m).model) for m in members if m.kind == "llm")
-        if local:
-            in_flight = local * self.contender.concurrency
-            factory = dataclasses.replace(factory, local=LocalServer(parallel=min(4, in_flight), **server))
-        self._language = factory
-        return _serving(factory.local)
-
-    # -- evidence ----------------------------------------------------------------------------------------
-    def _evidence(self) -> Dict[str, str]:
-        """Writes ``actions.npz`` from every finished task's actions; the digest of every evidence
-        file of the entry."""
-        _write_npz(self.out / entries.ACTIONS_FILE, dict(sorted(self._arrays.items())))
-        out = {}
-        for path in sorted(self.out.rglob("*")):
-            rel = path.relative_to(self.out).as_posix()
-            if path.is_file() and not rel.startswith(WORK_DIR + "/") and rel != entries.ENTRY_FILE \
-                    and not rel.endswith(".tmp"):
-                out[rel] = entries.file_digest(path)
-        return out
-
-    def _write_gif(self, entry: Dict[str, Any]) -> None:
-        """One GIF of the entry: the first episode of its first task."""
-        if not entry["tasks"]:
-            return
-        from cube_jax.bench.replay import film
-
-        name = next(iter(entry["tasks"]))
-        first = entry["tasks"][name]["episodes"][0]
-        actions = self._arrays[f"{name}/actions"][0]
-        film(name, first["layout"], first["seed"], actions, self.out / "episode.gif")
-        entry["gif"] = {"task": name, "layout": first["layout"], "seed": first["seed"], "mode": first["mode"],
-                        "file": "episode.gif"}
-
-
-def _write_npz(path: Path, arrays: Dict[str, np.ndarray]) -> None:
-    """A compressed npz whose bytes depend on the arrays alone (fixed member times), atomically."""
-    import io
-    import zipfile
-
-    tmp = path.with_name(path.name + ".tmp")
-    with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED) as archive:
-        for name, array in arrays.items():
-            buffer = io.BytesIO()
-            np.lib.format.write_array(buffer, np.ascontiguousarray(array), allow_pickle=False)
-            info = zipfile.ZipInfo(name + ".npy", date_time=(1980, 1, 1, 0, 0, 0))
-            info.compress_type = zipfile.ZIP_DEFLATED
-            archive.writestr(info, buffer.getvalue())
-    tmp.replace(path)
-
-
-class _serving:
-    """Runs the local model's server (when there is one) for a ``with`` block."""
-
-    def __init__(self, server):
-        self.server = server
-
-    def __enter__(self):
-        if self.server is not None:
-            self.server.start()
-        return self
-
-    def __exit__(self, *exc):
-        if self.server is not None:
-            self.server.stop()
-        return False
+        return play_in_loop(t, self.contender, members, self.work / t.name, self.episodes, factories, self.progress)
 
 
 def _summary_line(record: Dict[str, Any]) -> str:
@@ -644,6 +371,7 @@ def _summary_line(record: Dict[str, Any]) -> str:
                      f"{block['success']['mean_ci'][1]:.3f}], blocks {block['blocks']['mean']:.3f}, "
                      f"return {block['return']['mean']:+.3f} ({block['count']} {block['unit']})")
     return "; ".join(parts)
+
 
 __all__ = ["ALGORITHMS", "BenchError", "Contender", "Runner", "check_spec", "layout_world", "modes_of",
            "play_batched", "resolve_tasks"]

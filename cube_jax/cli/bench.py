@@ -26,6 +26,7 @@ import sys
 from pathlib import Path
 
 from cube_jax.cli.args import add_model_arguments, check_writable, positive_int
+from cube_jax.rl import algorithms
 
 log = logging.getLogger(__name__)
 
@@ -40,8 +41,8 @@ def add_parser(commands) -> argparse.ArgumentParser:
 
     run = sub.add_parser("run", help="play an agent on tasks of the suite and write an entry")
     run.add_argument("agent", help="random, heuristic, team, negotiator, policy:<checkpoint>, llm[:<model>[@<url>]], "
-                                   "a mixed team (one member per agent, comma-separated), or a learner: ippo, mappo, "
-                                   "ippo_rnn, mappo_rnn, pqn_vdn (trained at --tier first)")
+                                   "a mixed team (one member per agent, comma-separated), or a learner: "
+                                   f"{', '.join(algorithms.NAMES)} (trained at --tier first)")
     run.add_argument("--tasks", default="all", help="comma-separated task names, or all (default)")
     run.add_argument("--out", type=Path, required=True, help="the entry folder (continued when it holds an entry)")
     run.add_argument("--label", default=None, help="the board's label for the agent (default: the agent spec)")
@@ -114,7 +115,7 @@ def _run(parser, args) -> int:
         tasks = resolve_tasks([t.strip() for t in args.tasks.split(",") if t.strip()])
     except BenchError as err:
         parser.error(str(err))
-    learner = args.agent in ("ippo", "mappo", "ippo_rnn", "mappo_rnn", "pqn_vdn")
+    learner = Contender(args.agent, args.agent).learner is not None
     if learner:
         if (args.tier is None) == (args.env_steps is None):
             parser.error("argument --tier: a learner trains at one budget: give --tier S|M or --env-steps N")

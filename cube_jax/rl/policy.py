@@ -34,6 +34,7 @@ from flax import struct
 
 from cube_jax.core.observations import observation_shape, observe
 from cube_jax.core.types import NUM_ACTIONS, EnvConfig, State
+from cube_jax.rl import algorithms
 from cube_jax.rl.checkpoint import POLICY_META, read_meta, restore_actor
 from cube_jax.rl.networks import RecurrentActor, build_networks, build_q_network, init_recurrent
 
@@ -325,7 +326,7 @@ def _restore_network(directory: Path, meta: Dict[str, Any], feature_shape: Tuple
     """``(module, params, epsilon)`` of a checkpoint's policy: the actor (epsilon None), or
     for PQN-VDN the Q-network and the exploration of its sampled evaluation."""
     sample = jnp.zeros(feature_shape, jnp.float32)
-    if meta.get("algo") == "pqn_vdn":  # checkpoints of older runs may not name it
+    if algorithms.of_meta(meta).q_values:
         network = build_q_network(meta["network"], meta["num_actions"], len(feature_shape))
         abstract = QPolicyParams(jax.eval_shape(network.init, jax.random.PRNGKey(0), sample),
                                  jax.ShapeDtypeStruct((), jnp.float32))

@@ -1,7 +1,9 @@
 """The baseline driver: trains, logs, checkpoints, evaluates and writes the run folder.
 
 The driver knows a :class:`~cube_jax.rl.trainer.Trainer` only through its interface
-(``TRAINERS`` maps ``config.algo`` to one; IPPO and MAPPO are :class:`~cube_jax.rl.ppo.PPO`).
+(``config.algo``'s :class:`~cube_jax.rl.algorithms.Algorithm` builds it; IPPO and MAPPO
+are :class:`~cube_jax.rl.ppo.PPO`). :func:`train_and_report` is a sequence of named steps:
+:func:`set_up`, :func:`resume`, :func:`train`, :func:`evaluate`, :func:`save`, :func:`report`.
 Updates run in jitted chunks of ``train.updates_per_call``, each chunk
 :func:`~cube_jax.rl.trainer.update_chunk` (the program ``make_train`` runs) over every
 seed (vmapped, or one seed after another on the CPU: ``train.seed_axis``), so progress
@@ -14,7 +16,8 @@ in which each device updates its own share of the environments with
 :func:`~cube_jax.rl.trainer.data_parallel`'s copy of the trainer, averaging gradients
 with the others at every minibatch step. On the CPU, ``train.cpu_devices`` splits the
 host into such devices, one per core (:func:`configure_cpu_devices`, which the baseline
-scripts call before JAX starts). With ``distributed.coordinator`` set,
+scripts call before JAX starts). The processes, host devices and mesh are set up by
+:mod:`cube_jax.rl.devices` (its names are importable from here too). With ``distributed.coordinator`` set,
 ``jax.distributed`` joins several hosts first and the mesh spans all their devices.
 
 Results reach the host through ``fetch(tree, what)`` (default ``jax.device_get``); the
@@ -23,14 +26,13 @@ through :mod:`logging` (one record per chunk) and never ends the process.
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import logging
-import os
-import socket
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import jax
 import jax.numpy as jnp
@@ -38,16 +40,20 @@ import numpy as np
 from jax.experimental import multihost_utils
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from cube_jax.cpus import usable_cpus
-from cube_jax.rl import checkpoint, outputs, transfer
+from cube_jax.rl import algorithms, checkpoint, outputs, transfer
 from cube_jax.rl.config import Config
-from cube_jax.rl.ppo import PPO
-from cube_jax.rl.pqn import PQN
-from cube_jax.rl.trainer import Trainer, data_parallel, over_seeds, seed_axis, splits_over, update_chunk
+from cube_jax.rl.devices import (HOST_DEVICES_FLAG, MAX_AUTO_CPU_DEVICES, MESH_AXIS, DistributedError,  # noqa: F401
+                                  configure_cpu_devices, cpu_device_count, init_distributed, is_primary, make_mesh,
+                                  state_shardings)
+from cube_jax.rl.trainer import Trainer, data_parallel, over_seeds, seed_axis, update_chunk
 
 log = logging.getLogger(__name__)
 
-TRAINERS: Dict[str, Callable[[Config], Trainer]] = {"ippo": PPO, "mappo": PPO, "pqn_vdn": PQN}
+
+# config.algo -> its trainer class, as the algorithm registry names them
+TRAINERS: Dict[str, Callable[[Config], Trainer]] = {
+    name: algorithms.get(name).trainer_class() for name in algorithms.CONFIG_ALGOS
+}
 Fetch = Callable[[Any, str], Any]  # fetch(device tree, what it is) -> the tree on the host
 
 
@@ -56,108 +62,13 @@ def device_get(tree, what: str):
     return jax.device_get(tree)
 
 
-class DistributedError(RuntimeError):
-    """A process could not join the others (the message names the coordinator's address)."""
-
-
-def init_distributed(config: Config) -> None:
-    """Joins the run's other processes through ``jax.distributed`` when ``distributed.coordinator``
-    is set: ``host:port`` with ``num_processes`` and ``process_id``, or ``auto`` for what a
-    cluster launcher (SLURM, Open MPI, ...) puts in the environment. Every wait is bounded by
-    ``distributed.timeout_s``; DistributedError says which address could not be reached."""
-    dist = config.distributed
-    if dist.coordinator is None:
-        return
-    auto = dist.coordinator == "auto"
-    where = "the coordinator named by the launcher's environment" if auto else f"the coordinator at {dist.coordinator}"
-    # XLA's client ends the process (abort, no exception) when the coordinator never answers:
-    # what can be checked beforehand is, so that the usual mistakes get a message.
-    if not auto:
-        _check_coordinator(dist.coordinator, dist.process_id, dist.num_processes, dist.timeout_s)
-    who = "this process" if auto else f"process {dist.process_id} of {dist.num_processes}"
-    log.info("%s: joining %s (waiting up to %d s for every process)", who, where, dist.timeout_s)
-    try:
-        jax.distributed.initialize(
-            coordinator_address=None if auto else dist.coordinator,
-            num_processes=None if auto else dist.num_processes,
-            process_id=None if auto else dist.process_id,
-            initialization_timeout=dist.timeout_s,
-            heartbeat_timeout_seconds=max(10, dist.timeout_s),
-            shutdown_timeout_seconds=dist.timeout_s,
-        )
-    except Exception as err:  # jax raises RuntimeError or XlaRuntimeError, with pages of detail
-        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise DistributedError(
-            f"distributed: {who} could not join {where} within "
-            f"{dist.timeout_s} s (distributed.timeout_s): {first[:300]}"
-        ) from None
-    log.info("process %d of %d joined %s: %d devices in all, %d here", jax.process_index(), jax.process_count(),
-             where, jax.device_count(), jax.local_device_count())
-
-
-def _check_coordinator(address: str, process_id: int, num_processes: int, timeout_s: float) -> None:
-    """Process 0 must be able to listen on the address's port; every other process must reach
-    it within ``timeout_s``. DistributedError otherwise, naming the address."""
-    host, _, port = address.rpartition(":")
-    host = host.strip("[]")
-    if process_id == 0:
-        try:
-            with socket.create_server(("", int(port))):
-                pass
-        except OSError as err:
-            raise DistributedError(f"distributed: process 0 cannot serve the coordinator at {address}: port {port} "
-                                   f"is not free here ({err.strerror or err}); choose another distributed.coordinator "
-                                   "port") from None
-        return
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            with socket.create_connection((host, int(port)), timeout=min(2.0, timeout_s)):
-                return
-        except OSError as err:
-            if time.monotonic() >= deadline:
-                raise DistributedError(
-                    f"distributed: process {process_id} of {num_processes} could not reach the coordinator at {address} "
-                    f"within {timeout_s} s (distributed.timeout_s): {err.strerror or err}; is process 0 running there?"
-                ) from None
-            time.sleep(0.5)
-
-
-def is_primary() -> bool:
-    """True in the process that writes the run folder (process 0; the only one without ``jax.distributed``)."""
-    return jax.process_index() == 0
-
-
-MESH_AXIS = "env"
-
-
-def make_mesh(config: Config) -> Mesh:
-    """1-D mesh over the devices that split the env batch."""
-    devices = jax.devices()
-    wanted = config.train.num_devices or len(devices)
-    if wanted > len(devices):
-        raise ValueError(f"train.num_devices={wanted} but only {len(devices)} devices are visible: {devices}")
-    num_envs = config.train.num_envs
-    if num_envs % wanted:
-        raise ValueError(f"train.num_envs={num_envs} must be divisible by the {wanted} devices of the mesh")
-    return Mesh(np.asarray(devices[:wanted]), (MESH_AXIS,))
-
-
-def state_shardings(mesh: Mesh, trainer: Trainer, abstract: Any) -> Any:
-    """Shardings for a seed-batched state: env-batched leaves split on axis 1 (after seeds), the rest replicated."""
-    replicated = NamedSharding(mesh, PartitionSpec())
-    by_env = NamedSharding(mesh, PartitionSpec(None, MESH_AXIS))
-    one_seed = jax.tree.map(lambda s: jax.ShapeDtypeStruct(s.shape[1:], s.dtype), abstract)
-    return jax.tree.map(lambda batched: by_env if batched else replicated, trainer.env_batched(one_seed))
-
-
 class Session:
     """Compiled pieces of one training run over ``num_seeds`` seeds on a device mesh."""
 
     def __init__(self, config: Config, mesh: Optional[Mesh] = None, trainer: Optional[Trainer] = None,
                  fetch: Fetch = device_get):
         self.config = config
-        self.trainer = trainer if trainer is not None else TRAINERS[config.algo](config)
+        self.trainer = trainer if trainer is not None else algorithms.of(config).make_trainer(config)
         self.fetch_fn = fetch
         self.mesh = mesh if mesh is not None else make_mesh(config)
         self.num_seeds = config.num_seeds
@@ -286,47 +197,6 @@ def _seed_mean(values: np.ndarray):
     return float(mean) if mean.ndim == 0 else [float(x) for x in mean]
 
 
-MAX_AUTO_CPU_DEVICES = 8
-HOST_DEVICES_FLAG = "--xla_force_host_platform_device_count"
-
-
-def cpu_device_count(config: Config, cores: int) -> int:
-    """How many host devices ``train.cpu_devices`` asks for on a machine of ``cores`` usable
-    cores: the number itself, or for 0 the most, up to ``min(cores, MAX_AUTO_CPU_DEVICES)``,
-    that split ``train.num_envs`` into equal shares of whole minibatches (recurrent networks:
-    whole environments per minibatch), so that every algorithm's data-parallel copy fits."""
-    t = config.train
-    if t.cpu_devices:
-        return t.cpu_devices
-    if config.algo == "pqn_vdn":
-        minibatches, unit = config.pqn.num_minibatches, 1
-    else:
-        minibatches = t.num_minibatches
-        unit = minibatches if config.network.recurrent else 1
-    for count in range(max(1, min(cores, MAX_AUTO_CPU_DEVICES)), 1, -1):
-        # samples per environment: its steps (PPO's batch also counts agents, which only helps)
-        if splits_over(count, t.num_envs, t.num_steps, minibatches, unit):
-            return count
-    return 1
-
-
-def configure_cpu_devices(config: Config) -> Optional[int]:
-    """Splits the CPU into ``cpu_device_count`` host devices (``jax_num_cpu_devices``) before
-    JAX starts its backends; returns the count, or None where it was left alone: XLA_FLAGS
-    already sets the host device count, or the backends were started (a caller that used
-    JAX before). The baseline scripts call it first thing; a program of its own calls it
-    before its first JAX operation (it sets the process's devices for good)."""
-    if HOST_DEVICES_FLAG in os.environ.get("XLA_FLAGS", ""):
-        return None
-    count = cpu_device_count(config, usable_cpus())
-    try:
-        jax.config.update("jax_num_cpu_devices", count)
-    except RuntimeError as err:  # the backends are up: their devices stay as they are
-        log.debug("train.cpu_devices left alone: %s", err)
-        return None
-    return count
-
-
 def open_run(config: Config) -> Path:
     """Joins the other hosts (``distributed``), then creates or reopens the run folder."""
     init_distributed(config)
@@ -339,96 +209,148 @@ def open_run(config: Config) -> Path:
     return run_dir
 
 
+@dataclasses.dataclass
+class Progress:
+    """Where training stands: the state, the updates done, the clock and why it stopped."""
+
+    state: Any
+    done_updates: int = 0
+    wall_before: float = 0.0  # seconds of training before this process (a resumed run's)
+    wall: float = 0.0  # seconds of training in all, once ended
+    steady_rate: Optional[float] = None  # env steps per second after the first (compiling) chunk
+    reached_target_at: Optional[float] = None
+    stopped: str = "budget"  # what ended the loop: the budget, the target or train.max_seconds
+    calls: int = 0
+    rows: List[Dict[str, Any]] = dataclasses.field(default_factory=list)  # the last chunk's metric rows
+
+
 def train_and_report(config: Config, run_dir: Optional[Path] = None, fetch: Fetch = device_get,
                      trainer: Optional[Trainer] = None) -> Dict[str, Any]:
     """Runs the whole baseline described by ``config``; returns the summary it writes.
 
     ``run_dir`` is :func:`open_run`'s folder (opened here when not given); ``fetch`` brings
-    each chunk's metrics and the evaluation to the host; ``trainer`` defaults to
-    ``TRAINERS[config.algo](config)``.
+    each chunk's metrics and the evaluation to the host; ``trainer`` defaults to the one of
+    ``config.algo``'s :class:`~cube_jax.rl.algorithms.Algorithm`.
     """
     if run_dir is None:
         run_dir = open_run(config)
+    session = set_up(config, trainer, fetch)
+    progress = resume(session, run_dir)
+    progress = train(session, progress, run_dir)
+    summary, film = evaluate(session, progress, run_dir)
+    if config.output.checkpoint:
+        save(session, progress.state, run_dir, summary["policy_seed_index"])
+        summary["checkpoint"] = str(run_dir / outputs.CHECKPOINT_DIR)
+    if is_primary():
+        report(session, summary, film, run_dir)
+    else:
+        log.info(outputs.eval_line(summary))
+    return summary
+
+
+def set_up(config: Config, trainer: Optional[Trainer], fetch: Fetch) -> Session:
+    """The run's compiled session, announced in the log."""
     session = Session(config, trainer=trainer, fetch=fetch)
-    trainer = session.trainer
-    train, out = config.train, config.output
+    trainer, train_cfg = session.trainer, config.train
     log.info(
         "%s on %r; %d seed(s), %d envs x %d steps per update, %d updates, mesh of %d device(s) %s",
-        config.algo.upper(), trainer.env, session.num_seeds, train.num_envs, train.num_steps, trainer.num_updates,
-        session.mesh.devices.size, [d.platform for d in session.mesh.devices.flat][:1],
+        config.algo.upper(), trainer.env, session.num_seeds, train_cfg.num_envs, train_cfg.num_steps,
+        trainer.num_updates, session.mesh.devices.size, [d.platform for d in session.mesh.devices.flat][:1],
     )
+    return session
 
-    primary = is_primary()  # the process that writes the run folder
+
+def resume(session: Session, run_dir: Path) -> Progress:
+    """The state training starts from: fresh, another run's networks (``train.init_from``), or
+    this run's last checkpoint (``output.resume``, its metrics cut back to that checkpoint)."""
+    config, trainer = session.config, session.trainer
     state = session.init()
-    done_updates = 0
-    wall_before = 0.0
-    if train.init_from is not None and out.resume is None:
-        state, line = transfer.init_from(train.init_from, state, algo=config.algo,
-                                         network=config.network.model_dump(), observation=config.env.observation,
-                                         num_agents=trainer.env.cfg.num_agents, num_blocks=trainer.env.cfg.num_blocks,
-                                         view_radius=config.env.view_radius)
-        log.info("train.init_from: %s", line)
-    if out.resume is not None:
-        state = checkpoint.restore_runner(run_dir / outputs.CHECKPOINT_DIR, session.abstract)
-        done_updates = int(session.updates_done(state)[0])
-        previous = outputs.read_metrics(run_dir)
-        previous = [r for r in previous if r["update"] <= done_updates]
-        wall_before = previous[-1]["wall_seconds"] if previous else 0.0
-        if primary:
-            with open(run_dir / outputs.METRICS_FILE, "w") as f:  # drop rows written after the checkpoint
-                f.writelines(json.dumps(r) + "\n" for r in previous)
-        log.info("resumed from %s at update %d", run_dir / outputs.CHECKPOINT_DIR, done_updates)
+    if config.output.resume is None:
+        if config.train.init_from is not None:
+            state, line = transfer.init_from(config.train.init_from, state, algo=config.algo,
+                                             network=config.network.model_dump(), observation=config.env.observation,
+                                             num_agents=trainer.env.cfg.num_agents,
+                                             num_blocks=trainer.env.cfg.num_blocks,
+                                             view_radius=config.env.view_radius)
+            log.info("train.init_from: %s", line)
+        return Progress(state)
+    state = checkpoint.restore_runner(run_dir / outputs.CHECKPOINT_DIR, session.abstract)
+    done_updates = int(session.updates_done(state)[0])
+    previous = [r for r in outputs.read_metrics(run_dir) if r["update"] <= done_updates]
+    if is_primary():
+        with open(run_dir / outputs.METRICS_FILE, "w") as f:  # drop rows written after the checkpoint
+            f.writelines(json.dumps(r) + "\n" for r in previous)
+    log.info("resumed from %s at update %d", run_dir / outputs.CHECKPOINT_DIR, done_updates)
+    return Progress(state, done_updates, previous[-1]["wall_seconds"] if previous else 0.0)
 
-    per_call = train.updates_per_call
+
+def train(session: Session, progress: Progress, run_dir: Path) -> Progress:
+    """Updates in jitted chunks until the budget, the target or ``train.max_seconds`` ends
+    them, writing the metrics and the checkpoints as they come."""
+    config, trainer, out = session.config, session.trainer, session.config.output
     steps_per_update = trainer.steps_per_update * session.num_seeds
     start = time.perf_counter()
-    steady_start, steady_steps = None, 0  # throughput after the first (compiling) chunk
-    reached_target_at: Optional[float] = None
-    calls = 0
-    stopped = "budget"  # what ended the loop: the budget, the target or train.max_seconds
-    while done_updates < trainer.num_updates:
-        count = min(per_call, trainer.num_updates - done_updates)
+    steady_start, steady_steps = None, 0
+    while progress.done_updates < trainer.num_updates:
+        count = min(config.train.updates_per_call, trainer.num_updates - progress.done_updates)
         t0 = time.perf_counter()
-        state, metrics = session.run_updates(state, count)
-        metrics = session.fetch(metrics, f"updates {done_updates + 1}-{done_updates + count}")
+        progress.state, metrics = session.run_updates(progress.state, count)
+        done = progress.done_updates
+        metrics = session.fetch(metrics, f"updates {done + 1}-{done + count}")
         now = time.perf_counter()
         if steady_start is None:
             steady_start = now
         else:
             steady_steps += count * steps_per_update
-        elapsed = wall_before + now - start
-        rows = outputs.metric_rows(metrics, done_updates, steps_per_update, elapsed)
-        if primary:
-            outputs.append_metrics(run_dir, rows)
-        done_updates += count
-        calls += 1
+        elapsed = progress.wall_before + now - start
+        progress.rows = outputs.metric_rows(metrics, done, steps_per_update, elapsed)
+        if is_primary():
+            outputs.append_metrics(run_dir, progress.rows)
+        progress.done_updates += count
+        progress.calls += 1
         rate = count * steps_per_update / max(now - t0, 1e-9)
-        log.info(outputs.progress_line(outputs.chunk_row(rows), trainer.num_updates, rate))
-        if train.target_success is not None and calls % train.target_check_every == 0:
-            checked = session.evaluate_success(state, jax.random.PRNGKey(config.seed + 20_000))
-            at_target = every_seed_at_target(checked, train.target_success)
-            log.info("%s success (%d episodes, the papers' reward) per seed [%s]%s",
-                     "greedy" if config.eval.greedy else "sampled", config.eval.episodes,
-                     outputs.per_seed_text(checked),
-                     f": every seed >= {train.target_success} after {elapsed:.1f} s; stopping" if at_target else "")
-            if at_target:
-                reached_target_at = elapsed
-        out_of_time = (train.max_seconds is not None and elapsed >= train.max_seconds
-                       and done_updates < trainer.num_updates and reached_target_at is None)
-        if train.max_seconds is not None and jax.process_count() > 1:  # every process stops at the same update
-            out_of_time = bool(multihost_utils.broadcast_one_to_all(np.bool_(out_of_time)))
-        if out_of_time:
-            log.info("%.1f s of training, past train.max_seconds = %d; stopping at update %d of %d",
-                     elapsed, train.max_seconds, done_updates, trainer.num_updates)
-        if out.checkpoint and (calls % out.checkpoint_every == 0 or reached_target_at is not None or out_of_time):
-            save(session, state, run_dir)
-        if reached_target_at is not None or out_of_time:
-            stopped = "target" if reached_target_at is not None else "max_seconds"
+        log.info(outputs.progress_line(outputs.chunk_row(progress.rows), trainer.num_updates, rate))
+        stopping = _stop_reason(session, progress, elapsed)
+        if out.checkpoint and (progress.calls % out.checkpoint_every == 0 or stopping):
+            save(session, progress.state, run_dir)
+        if stopping:
+            progress.stopped = stopping
             break
-    wall = wall_before + time.perf_counter() - start
-    steady_rate = steady_steps / (time.perf_counter() - steady_start) if steady_steps else None
+    progress.wall = progress.wall_before + time.perf_counter() - start
+    progress.steady_rate = steady_steps / (time.perf_counter() - steady_start) if steady_steps else None
+    return progress
 
-    greedy, sampled, film = session.evaluate(state, jax.random.PRNGKey(config.seed + 10_000))
+
+def _stop_reason(session: Session, progress: Progress, elapsed: float) -> Optional[str]:
+    """``"target"`` once every seed reaches ``train.target_success`` (checked every
+    ``train.target_check_every`` chunks), ``"max_seconds"`` past the wall-clock limit, else None."""
+    config, train_cfg, num_updates = session.config, session.config.train, session.trainer.num_updates
+    if train_cfg.target_success is not None and progress.calls % train_cfg.target_check_every == 0:
+        checked = session.evaluate_success(progress.state, jax.random.PRNGKey(config.seed + 20_000))
+        at_target = every_seed_at_target(checked, train_cfg.target_success)
+        log.info("%s success (%d episodes, the papers' reward) per seed [%s]%s",
+                 "greedy" if config.eval.greedy else "sampled", config.eval.episodes,
+                 outputs.per_seed_text(checked),
+                 f": every seed >= {train_cfg.target_success} after {elapsed:.1f} s; stopping" if at_target else "")
+        if at_target:
+            progress.reached_target_at = elapsed
+            return "target"
+    out_of_time = (train_cfg.max_seconds is not None and elapsed >= train_cfg.max_seconds
+                   and progress.done_updates < num_updates)
+    if train_cfg.max_seconds is not None and jax.process_count() > 1:  # every process stops at the same update
+        out_of_time = bool(multihost_utils.broadcast_one_to_all(np.bool_(out_of_time)))
+    if out_of_time:
+        log.info("%.1f s of training, past train.max_seconds = %d; stopping at update %d of %d",
+                 elapsed, train_cfg.max_seconds, progress.done_updates, num_updates)
+        return "max_seconds"
+    return None
+
+
+def evaluate(session: Session, progress: Progress, run_dir: Path) -> Tuple[Dict[str, Any], Any]:
+    """``(summary, film)``: every seed evaluated in both ways of acting, the best seed chosen
+    (the saved policy), and its first greedy episode for the GIF."""
+    config, trainer = session.config, session.trainer
+    greedy, sampled, film = session.evaluate(progress.state, jax.random.PRNGKey(config.seed + 10_000))
     other = "sampled" if config.eval.greedy else "greedy"
     if not config.eval.greedy:  # the configured way of acting is what "eval" reports
         greedy, sampled = sampled, greedy
@@ -436,17 +358,18 @@ def train_and_report(config: Config, run_dir: Optional[Path] = None, fetch: Fetc
     # broken by the other way and then by blocks delivered.
     best = int(np.argmax(greedy["success_rate"] + 1e-2 * sampled["success_rate"]
                          + 1e-4 * greedy["blocks_delivered_frac"]))
-    env_steps = done_updates * steps_per_update
+    env_steps = progress.done_updates * trainer.steps_per_update * session.num_seeds
     summary = {
         "algo": config.algo,
         "env": trainer.env_kwargs,
         "env_steps": int(env_steps),
-        "updates": int(done_updates),
-        "wall_seconds": round(wall, 2),
-        "steps_per_second": round(env_steps / wall, 1),
-        "steady_steps_per_second": None if steady_rate is None else round(steady_rate, 1),
-        "seconds_to_target_success": None if reached_target_at is None else round(reached_target_at, 2),
-        "stopped": stopped,
+        "updates": int(progress.done_updates),
+        "wall_seconds": round(progress.wall, 2),
+        "steps_per_second": round(env_steps / progress.wall, 1),
+        "steady_steps_per_second": None if progress.steady_rate is None else round(progress.steady_rate, 1),
+        "seconds_to_target_success": (None if progress.reached_target_at is None
+                                      else round(progress.reached_target_at, 2)),
+        "stopped": progress.stopped,
         "num_seeds": session.num_seeds,
         "devices": int(session.mesh.devices.size),
         # "eval" is the saved policy's (the best seed's); "eval_mean_over_seeds" averages all seeds.
@@ -460,24 +383,24 @@ def train_and_report(config: Config, run_dir: Optional[Path] = None, fetch: Fetc
         "eval_per_seed": {k: np.asarray(v).tolist() for k, v in greedy.items()},
         f"eval_{other}_per_seed": {k: np.asarray(v).tolist() for k, v in sampled.items()},
         "policy_seed_index": best,
-        "final_train": {k: v for k, v in rows[-1].items() if not k.endswith("_per_seed")} if calls else None,
+        "final_train": ({k: v for k, v in progress.rows[-1].items() if not k.endswith("_per_seed")}
+                        if progress.calls else None),
         "run_dir": str(run_dir),
     }
-    if out.checkpoint:
-        save(session, state, run_dir, best)
-        summary["checkpoint"] = str(run_dir / outputs.CHECKPOINT_DIR)
-    if not primary:
-        log.info(outputs.eval_line(summary))
-        return summary
+    return summary, film
+
+
+def report(session: Session, summary: Dict[str, Any], film, run_dir: Path) -> None:
+    """The run folder's learning curve, GIF of the saved policy and summary, and the log's last lines."""
+    config, trainer, out = session.config, session.trainer, session.config.output
     if out.plot:
-        acting = "epsilon-greedy" if config.algo == "pqn_vdn" else "sampled actions"
-        title = f"{config.algo.upper()} {trainer.env.name}: training episodes ({acting})"
+        title = f"{config.algo.upper()} {trainer.env.name}: training episodes ({algorithms.of(config).exploration})"
         outputs.plot_learning_curve(run_dir, title)
     if out.gif:
+        best = summary["policy_seed_index"]
         states, done = jax.tree.map(lambda x: x[best], film)  # the best seed's first greedy episode
         outputs.write_gif(states, done, run_dir / outputs.GIF_FILE)
     outputs.write_summary(run_dir, summary)
     log.info("done: %s env steps in %.1f s (%s steps/s); outputs in %s",
-             f"{env_steps:,}", wall, f"{summary['steps_per_second']:,.0f}", run_dir)
+             f"{summary['env_steps']:,}", summary["wall_seconds"], f"{summary['steps_per_second']:,.0f}", run_dir)
     log.info(outputs.eval_line(summary))
-    return summary

@@ -39,13 +39,15 @@ import jax
 import numpy as np
 
 from cube_jax.core.observations import EGO_CHANNELS
+from cube_jax.rl import algorithms
 from cube_jax.rl.checkpoint import POLICY_META, RUNNER_DIR, read_meta, restore_runner
 from cube_jax.rl.policy import BLOCKED_FEATURES
 
 __all__ = ["SUPPORTED_ALGOS", "TransferError", "observation_labels", "embed_first_layer", "init_from"]
 
 Label = Tuple[Any, ...]
-SUPPORTED_ALGOS = ("ippo", "pqn_vdn")  # networks that read the agent's own observation only
+# config.algo values whose networks read the agent's own observation only
+SUPPORTED_ALGOS = tuple(a.name for a in algorithms.ALGORITHMS if a.transfers and not a.is_variant)
 BLOCK_FEATURES = 5  # per block slot in the vector form
 
 
@@ -114,7 +116,7 @@ def check_compatible(source_meta: Dict[str, Any], algo: str, network: Dict[str, 
                      where: str, view_radius: int = 3) -> None:
     """Raises :class:`TransferError` unless the source run's algorithm, network and
     observation form can start a run of ``algo`` with ``network`` on ``observation``."""
-    if algo not in SUPPORTED_ALGOS:
+    if not algorithms.get(algo).transfers:
         raise TransferError(f"train.init_from: algo={algo} is not supported; {', '.join(SUPPORTED_ALGOS)} are "
                             "(MAPPO's critic reads the world vector, whose layout is not carried over)")
     if source_meta["algo"] != algo:
