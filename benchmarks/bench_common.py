@@ -43,7 +43,7 @@ def markdown_table(title: str, rows: list, columns: list) -> str:
 #
 # The script that measured the figures exposes ``render(data: dict) -> str`` (data: its JSON)
 # and calls ``write_generated(doc, script, json_path)`` after writing the JSON;
-# tests/test_docs_tables.py re-renders every block of every doc and fails on a difference.
+# tests/package/test_docs_tables.py re-renders every block of every doc and fails on a difference.
 
 import importlib.util
 import json

@@ -13,7 +13,7 @@ round, which XLA fuses into one elementwise kernel.
 The results equal ``jax.random.split`` / ``jax.random.bits`` under JAX's default generator
 (``threefry2x32`` with ``jax_threefry_partitionable``, the default); under any other setting
 these functions call ``jax.random`` itself, so a key always gives what ``jax.random`` gives
-(``tests/test_threefry.py`` compares them on random keys).
+(``tests/core/test_threefry.py`` compares them on random keys).
 """
 from __future__ import annotations
 

@@ -165,7 +165,7 @@ def shuffle_indices(key: jax.Array, n: int, method: str = "auto") -> jax.Array:
     of 16384 words, about 0.8 ms, against 0.03 ms for the network). The permutations come
     from a keyed family rather than uniformly from all ``n!``, which minibatches do not see:
     tested for no structure between neighbouring indices and for every index landing in any
-    part of the order equally often (tests/test_rl_training.py).
+    part of the order equally often (tests/rl/test_rl_training.py).
 
     Fewer samples (a recurrent run shuffles its environments): the indices ``0 .. n-1`` go
     through a keyed bijection of uint32 words (two rounds of an integer hash, each after a

@@ -1,0 +1,1 @@
+"""The adapters: PettingZoo and rendering."""

@@ -1,0 +1,1 @@
+"""The agents: planners and the views they read."""

@@ -1,0 +1,1 @@
+"""Cooperation analytics over traces."""

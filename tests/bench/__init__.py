@@ -1,0 +1,1 @@
+"""The benchmark suite: entries, runs, verify and the board."""

@@ -1,0 +1,1 @@
+"""The batched rollout and its evaluation."""

@@ -1,0 +1,1 @@
+"""The language agents: client, replies, the local model and the command line."""

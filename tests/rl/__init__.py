@@ -1,0 +1,1 @@
+"""The learners: PPO, PQN, their configs, runs, seeds, transfer and the baselines' scripts."""

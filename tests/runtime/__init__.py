@@ -1,0 +1,1 @@
+"""The episode loop, its trace and the world model it keeps."""

@@ -1,0 +1,1 @@
+"""The symbolic layer: actions, vocabulary, concepts and both plan executors."""

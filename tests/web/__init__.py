@@ -1,0 +1,1 @@
+"""The browser app: server, hub, people and pages."""
