@@ -35,7 +35,8 @@ from pydantic import BaseModel, ValidationError
 
 from cube_jax.rl import algorithms
 from cube_jax.rl.schema import (Config, DistributedSection, EnvSection, EvalSection, NetworkSection,  # noqa: F401
-                                OutputSection, PQNSection, Section, ShapingSection, TrainSection)
+                                ObservationForm, OutputSection, PQNSection, ReachMode, Section, ShapingSection,
+                                TrainSection)
 from cube_jax.names import excerpt
 
 # The preset files: the algorithms' own (<config_algo>.yaml) and the --preset ones.
