@@ -16,12 +16,12 @@ def language_models(contender, tasks: Sequence[suite.Task]) -> Tuple[Optional[An
     if "llm" not in [e.split(":", 1)[0] for e in contender.spec.split(",")]:
         return None, contextlib.nullcontext()
     from cube_jax.llm.client import ClientPool
-    from cube_jax.llm.factory import LanguageAgents
+    from cube_jax.llm.factory import LanguageAgents, model_defaults
     from cube_jax.llm.local import LocalServer, is_local
     from cube_jax.llm.prompts import PromptBook
 
-    defaults = {"model": "local", "base_url": None, "api_key_env": None, "temperature": 0.0, "max_tokens": 256,
-                "timeout": 120.0, "max_retries": 2, **contender.model_defaults}
+    defaults = {**model_defaults(None, None, temperature=0.0, max_tokens=256, timeout=120.0, max_retries=2),
+                **contender.model_defaults}
     api_key = defaults.pop("api_key", None)
     max_repairs = defaults.pop("max_repairs", 2)
     server = {"threads": defaults.pop("local_threads", 1), "port": defaults.pop("local_port", 0)}

@@ -121,14 +121,14 @@ class Contender:
 
     def model_settings(self) -> List[Dict[str, Any]]:
         """What each distinct language-model member plays: model, server host (never a key), sampling."""
-        from cube_jax.llm.local import MODEL_NAME, is_local
+        from cube_jax.llm.local import LOCAL, MODEL_NAME, is_local
 
         out = []
         for part in dict.fromkeys(self.spec.split(",")):
             if part.split(":", 1)[0] != "llm":
                 continue
             member = Contender(part, part).members(1, "-")[0]
-            model = member.option("model", self.model_defaults.get("model")) or "local"
+            model = member.option("model", self.model_defaults.get("model")) or LOCAL
             url = member.option("base_url", self.model_defaults.get("base_url"))
             local = is_local(model)
             out.append({"member": part, "model": MODEL_NAME if local else model,

@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import logging
-import os
 import sys
 from pathlib import Path
 
@@ -126,10 +125,11 @@ def _run(parser, args) -> int:
     elif args.tier is not None or args.env_steps is not None or args.set:
         parser.error(f"argument --tier/--env-steps/--set: {args.agent!r} does not learn; these are for learners")
     check_writable(parser, "--out", args.out, folder=True)
-    base_url = args.base_url or os.environ.get("OPENAI_BASE_URL")
-    model_defaults = {"model": args.model if args.model is not None or base_url else "local", "base_url": base_url,
-                      "api_key": args.api_key, "temperature": args.temperature, "max_tokens": args.max_tokens,
-                      "timeout": args.timeout, "max_retries": args.retries, "max_repairs": args.max_repairs,
+    from cube_jax.llm.factory import model_defaults as llm_defaults
+
+    model_defaults = {**llm_defaults(args.model, args.base_url, temperature=args.temperature,
+                                     max_tokens=args.max_tokens, timeout=args.timeout, max_retries=args.retries),
+                      "api_key": args.api_key, "max_repairs": args.max_repairs,
                       "local_threads": args.local_threads, "local_port": args.local_port}
     env_steps = TIERS[args.tier] if args.tier else args.env_steps
     contender = Contender(args.agent, args.label or args.agent, topology=args.topology,
