@@ -26,7 +26,7 @@ import json
 import logging
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Mapping, Optional, Set
+from typing import Any, Callable, Dict, List, Mapping, Optional
 
 
 from cube_jax.core.env import CubeEnv, layout
@@ -38,21 +38,12 @@ from cube_jax.teams import Member, parse_team, team_agents
 from cube_jax.web import protocol
 from cube_jax.web.human import HumanAgent, human_factory, turn_info
 from cube_jax.web.pacer import DEFAULT_SPEED, Pacer
-from cube_jax.web.seats import Seats
+from cube_jax.web.seats import Client, Seats
 
 logger = logging.getLogger(__name__)
 
 # Outgoing messages a slow page may have queued before it is dropped.
 MAX_QUEUED = 20_000
-
-
-@dataclasses.dataclass
-class Client:
-    """One connected page: its outgoing queue (JSON text) and the seats it holds."""
-
-    id: int
-    send: Callable[[str], None]
-    seats: Set[int] = dataclasses.field(default_factory=set)
 
 
 @dataclasses.dataclass

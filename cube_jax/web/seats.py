@@ -2,21 +2,41 @@
 seat's holder may play its agent (:class:`Seats`, the hub's :class:`TurnListener`)."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Dict, List, Optional, Sequence
+import dataclasses
+from typing import Any, Callable, Dict, List, Mapping, Optional, Protocol, Sequence, Set
 
-from cube_jax.symbolic.actions import PlanError
 from cube_jax.names import agent_index, agent_name
+from cube_jax.symbolic.actions import PlanError
 from cube_jax.web import protocol
 from cube_jax.web.human import HumanAgent, TurnListener, turn_info
 
-if TYPE_CHECKING:  # the hub owns its seats; seats only call back into it
-    from cube_jax.web.game import Client, Hub
+
+@dataclasses.dataclass
+class Client:
+    """One connected page: its outgoing queue (JSON text) and the seats it holds."""
+
+    id: int
+    send: Callable[[str], None]
+    seats: Set[int] = dataclasses.field(default_factory=set)
+
+
+class Desk(Protocol):
+    """What the seats read of the hub that owns them (:class:`cube_jax.web.game.Hub`)."""
+
+    env: Any
+    members: Sequence[Any]
+    game: Any  # the running Game, or None
+    clients: Mapping[int, Client]
+
+    def reply(self, client: Client, request, kind: str, **fields) -> None: ...
+
+    def broadcast(self, message: Dict[str, Any]) -> None: ...
 
 
 class Seats(TurnListener):
     """The seat of every human agent (agent id -> client id) and the messages about them."""
 
-    def __init__(self, hub: "Hub"):
+    def __init__(self, hub: Desk):
         self.hub = hub
         self.held: Dict[int, int] = {}
 
@@ -27,7 +47,7 @@ class Seats(TurnListener):
     def info(self) -> Dict[str, Optional[int]]:
         return {agent_name(i): self.held.get(i) for i in self.human_ids}
 
-    def _ids(self, client: "Client", request, names: Sequence[str]) -> Optional[List[int]]:
+    def _ids(self, client: Client, request, names: Sequence[str]) -> Optional[List[int]]:
         """The agent ids of ``names``, or None after an error reply (no such agent, not human)."""
         hub, ids = self.hub, []
         for name in names:
@@ -43,7 +63,7 @@ class Seats(TurnListener):
             ids.append(i)
         return ids
 
-    def join(self, client: "Client", message: protocol.Join) -> None:
+    def join(self, client: Client, message: protocol.Join) -> None:
         ids = self._ids(client, message, message.agents)
         if ids is None:
             return
@@ -57,12 +77,12 @@ class Seats(TurnListener):
         self.hub.reply(client, message, "joined", agents=[agent_name(i) for i in sorted(client.seats)])
         self.hub.broadcast({"type": "seats", "seats": self.info()})
 
-    async def give_back(self, client: "Client", message: protocol.Release) -> None:
+    async def give_back(self, client: Client, message: protocol.Release) -> None:
         ids = self._ids(client, message, message.agents)
         if ids is not None:
             await self.release(client, [i for i in ids if self.held.get(i) == client.id], left=False)
 
-    async def release(self, client: "Client", ids: Sequence[int], left: bool) -> None:
+    async def release(self, client: Client, ids: Sequence[int], left: bool) -> None:
         """Frees ``ids``; a running episode ends (truncated) when a person leaves or gives a seat back."""
         for i in ids:
             if self.held.get(i) == client.id:
@@ -78,7 +98,7 @@ class Seats(TurnListener):
             for i in ids:
                 game.humans()[i].leave(reason)
 
-    def agent_input(self, client: "Client", message) -> None:
+    def agent_input(self, client: Client, message) -> None:
         """A move, plan or message for a human agent, from the page holding its seat."""
         hub, game = self.hub, self.hub.game
         i = agent_index(message.agent)
@@ -96,7 +116,7 @@ class Seats(TurnListener):
             hub.reply(client, message, "refused", agent=message.agent, error=reason)
 
     # -- TurnListener -----------------------------------------------------------------------------
-    def _holder(self, agent: HumanAgent) -> Optional["Client"]:
+    def _holder(self, agent: HumanAgent) -> Optional[Client]:
         holder = self.held.get(agent.agent)
         return self.hub.clients.get(holder) if holder is not None else None
 
@@ -119,4 +139,4 @@ class Seats(TurnListener):
         self.hub.broadcast({"type": "turn_closed", "agent": agent.name})
 
 
-__all__ = ["Seats"]
+__all__ = [Client, "Desk", "Seats"]
