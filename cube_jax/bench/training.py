@@ -41,6 +41,7 @@ def train_run(t: suite.Task, contender, seed: int, run_dir: Path) -> Dict[str, A
     """One training run of ``contender``'s algorithm on ``t``'s world with ``seed``, exactly its
     budget (no early stop), resumed from ``run_dir`` when it holds an unfinished run; returns
     its summary (``summary.json``)."""
+    from cube_jax.rl.checkpoint import readable
     from cube_jax.rl.config import ConfigError, build
     from cube_jax.rl.run import train_and_report
 
@@ -55,13 +56,12 @@ def train_run(t: suite.Task, contender, seed: int, run_dir: Path) -> Dict[str, A
         config = build(learner.config_algo, preset=learner.presets, overrides=[*base, *contender.overrides])
         per_update = config.train.num_envs * config.train.num_steps
         total = math.ceil(contender.env_steps / per_update) * per_update  # at least the budget, whole updates
-        resume = [f"output.resume={run_dir}"] if (run_dir / "checkpoint").is_dir() else []
+        resume = [f"output.resume={run_dir}"] if readable(run_dir / "checkpoint").is_dir() else []
         config = build(learner.config_algo, preset=learner.presets,
                        overrides=[*base, *contender.overrides, f"train.total_timesteps={total}", *resume])
     except ConfigError as err:
         raise BenchError(f"{contender.spec} on task {t.name!r}: {err}") from None
-    run_dir.mkdir(parents=True, exist_ok=True)
-    return train_and_report(config, run_dir=run_dir)
+    return train_and_report(config)  # opens run_dir (output.root/name) and writes its config.yaml
 
 
 def train_and_play(t: suite.Task, contender, work: Path, episodes: int, progress: bool = True) -> TaskResult:
