@@ -5,6 +5,9 @@ Layout of ``<run>/checkpoint/``::
     policy.json   algorithm, cube_jax.make keyword arguments, network, shapes, training progress
     policy/       the actor parameters of one seed (orbax)
     runner/       every seed's full training state: parameters, optimizer, environments, keys (orbax)
+
+The runner holds everything the next update reads, so a run resumed from it (``output.resume``)
+ends exactly where the same run never interrupted ends (tests/rl/test_rl_resume.py kills one).
 """
 from __future__ import annotations
 
@@ -20,6 +23,10 @@ from jax.experimental import multihost_utils
 POLICY_META = "policy.json"
 POLICY_DIR = "policy"
 RUNNER_DIR = "runner"
+# A checkpoint is written as <name>.tmp, then swapped in; the one it replaces is <name>.old
+# until the swap ends.
+STAGING_SUFFIX = ".tmp"
+OLD_SUFFIX = ".old"
 
 
 def _sync(name: str) -> None:
@@ -28,26 +35,43 @@ def _sync(name: str) -> None:
         multihost_utils.sync_global_devices(name)
 
 
-def _save_tree(path: Path, tree: Any) -> None:
-    """Saves ``tree`` at ``path``. With several processes every one of them calls this (orbax
-    writes each process's shards); process 0 alone moves folders, between barriers."""
-    path = path.resolve()
-    primary = jax.process_index() == 0
-    # Write beside the old copy and swap, so an interrupted save never loses the last checkpoint.
-    tmp = path.with_name(path.name + ".tmp")
-    if primary and tmp.exists():
-        shutil.rmtree(tmp)
-    _sync(f"checkpoint: {tmp} cleared")
+def _write_tree(path: Path, tree: Any) -> None:
+    """Writes ``tree`` at the new path ``path`` (with several processes every one of them
+    calls this: orbax writes each process's shards)."""
     checkpointer = ocp.StandardCheckpointer()
-    checkpointer.save(tmp, tree)
+    checkpointer.save(path, tree)
     checkpointer.wait_until_finished()
     checkpointer.close()
-    _sync(f"checkpoint: {tmp} written")
-    if primary:
-        if path.exists():
-            shutil.rmtree(path)
-        tmp.rename(path)
-    _sync(f"checkpoint: {path} in place")
+
+
+def readable(directory: Path) -> Path:
+    """The checkpoint folder to read for ``directory``: itself, or the previous checkpoint
+    (``<name>.old``) when a save was stopped between its two renames (see :func:`_swap`)."""
+    directory = Path(directory)
+    old = directory.with_name(directory.name + OLD_SUFFIX)
+    return old if not directory.exists() and old.is_dir() else directory
+
+
+def _repair(directory: Path) -> None:
+    """Puts back what a save stopped by a kill left: the previous checkpoint in its place,
+    no stale copy beside it. Afterwards ``directory`` (if any checkpoint exists) is complete."""
+    old = directory.with_name(directory.name + OLD_SUFFIX)
+    if old.exists():
+        if directory.exists():
+            shutil.rmtree(old)  # the last swap stopped before removing the copy
+        else:
+            old.rename(directory)  # the last swap stopped between its two renames
+
+
+def _swap(staging: Path, directory: Path) -> None:
+    """``staging`` (a complete checkpoint) becomes ``directory``. At every moment one complete
+    checkpoint stands as ``directory`` or, between the two renames, as ``<name>.old``."""
+    old = directory.with_name(directory.name + OLD_SUFFIX)
+    if directory.exists():
+        directory.rename(old)
+    staging.rename(directory)
+    if old.exists():
+        shutil.rmtree(old)
 
 
 def _restore_tree(path: Path, abstract: Any) -> Any:
@@ -59,15 +83,31 @@ def _restore_tree(path: Path, abstract: Any) -> Any:
 
 
 def save_checkpoint(directory: Path, runner: Any, actor_params: Any, meta: Dict[str, Any]) -> Path:
-    """Saves the seed-batched ``runner``, one seed's ``actor_params`` and the policy metadata
-    (with ``jax.distributed``, every process calls it: see :func:`_save_tree`)."""
-    directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
-    _save_tree(directory / RUNNER_DIR, runner)
-    _save_tree(directory / POLICY_DIR, actor_params)
-    if jax.process_index() == 0:
-        with open(directory / POLICY_META, "w") as f:
+    """Saves the seed-batched ``runner``, one seed's ``actor_params`` and the policy metadata.
+
+    The whole checkpoint is written beside the last one (``<name>.tmp``) and then swapped in,
+    so a process killed at any point leaves a complete checkpoint to resume from: the last
+    one, or this one (:func:`readable` finds it). With ``jax.distributed`` every process calls
+    this (orbax writes each process's shards); process 0 alone moves folders, between barriers.
+    """
+    directory = Path(directory).resolve()
+    staging = directory.with_name(directory.name + STAGING_SUFFIX)
+    primary = jax.process_index() == 0
+    if primary:
+        _repair(directory)
+        if staging.exists():
+            shutil.rmtree(staging)
+        staging.mkdir(parents=True)
+    _sync(f"checkpoint: {staging} cleared")
+    _write_tree(staging / RUNNER_DIR, runner)
+    _write_tree(staging / POLICY_DIR, actor_params)
+    if primary:
+        with open(staging / POLICY_META, "w") as f:
             json.dump(meta, f, indent=2)
+    _sync(f"checkpoint: {staging} written")
+    if primary:
+        _swap(staging, directory)
+    _sync(f"checkpoint: {directory} in place")
     return directory
 
 
@@ -75,14 +115,14 @@ def restore_runner(directory: Path, abstract_runner: Any = None) -> Any:
     """The saved training state laid out like ``abstract_runner`` (shapes, dtypes, shardings);
     without it, as it was written: nested dicts of host arrays, seeds first (another run's
     parameters, read by cube_jax/rl/transfer.py)."""
-    path = Path(directory) / RUNNER_DIR
+    path = readable(directory) / RUNNER_DIR
     if not path.is_dir():
         raise FileNotFoundError(f"{path} does not exist; was the run saved with output.checkpoint=true?")
     return _restore_tree(path, abstract_runner)
 
 
 def read_meta(directory: Path) -> Dict[str, Any]:
-    path = Path(directory) / POLICY_META
+    path = readable(directory) / POLICY_META
     if not path.is_file():
         raise FileNotFoundError(f"{directory}: not a cube_jax checkpoint folder (no {POLICY_META})")
     with open(path) as f:
@@ -92,4 +132,4 @@ def read_meta(directory: Path) -> Dict[str, Any]:
 def restore_actor(directory: Path, abstract_params: Any) -> Any:
     single = jax.sharding.SingleDeviceSharding(jax.devices()[0])
     abstract = jax.tree.map(lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=single), abstract_params)
-    return _restore_tree(Path(directory) / POLICY_DIR, abstract)
+    return _restore_tree(readable(directory) / POLICY_DIR, abstract)

@@ -48,10 +48,12 @@ def make_run_dir(config: Config, when: Optional[float] = None, write: bool = Tru
 
 def resume_run_dir(path) -> Path:
     """The run folder of ``path``, which may be the run folder or its checkpoint folder."""
+    from cube_jax.rl.checkpoint import readable  # a save stopped between its renames left <name>.old
+
     path = Path(path)
-    if (path / CHECKPOINT_DIR).is_dir():
+    if readable(path / CHECKPOINT_DIR).is_dir():
         return path
-    if path.name == CHECKPOINT_DIR and path.is_dir():
+    if path.name == CHECKPOINT_DIR and readable(path).is_dir():
         return path.parent
     raise FileNotFoundError(f"output.resume={str(path)!r}: no run folder with a {CHECKPOINT_DIR}/ inside")
 

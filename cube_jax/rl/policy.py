@@ -35,7 +35,7 @@ from flax import struct
 from cube_jax.core.observations import observation_shape, observe
 from cube_jax.core.types import NUM_ACTIONS, EnvConfig, State
 from cube_jax.rl import algorithms
-from cube_jax.rl.checkpoint import POLICY_META, read_meta, restore_actor
+from cube_jax.rl.checkpoint import POLICY_META, read_meta, readable, restore_actor
 from cube_jax.rl.networks import RecurrentActor, build_networks, build_q_network, init_recurrent
 
 
@@ -299,9 +299,9 @@ class LoadedPolicy:
 def checkpoint_dir(path: Union[str, Path]) -> Path:
     """Accepts a run folder or its ``checkpoint/`` folder."""
     path = Path(path)
-    if (path / POLICY_META).is_file():
+    if (readable(path) / POLICY_META).is_file():
         return path
-    if (path / "checkpoint" / POLICY_META).is_file():
+    if (readable(path / "checkpoint") / POLICY_META).is_file():
         return path / "checkpoint"
     raise FileNotFoundError(
         f"{str(path)!r} holds no checkpoint: no {POLICY_META} in it or in its checkpoint/ folder; train one with: "

@@ -281,7 +281,10 @@ def resume(session: Session, run_dir: Path) -> Progress:
         with open(run_dir / outputs.METRICS_FILE, "w") as f:  # drop rows written after the checkpoint
             f.writelines(json.dumps(r) + "\n" for r in previous)
     log.info("resumed from %s at update %d", run_dir / outputs.CHECKPOINT_DIR, done_updates)
-    return Progress(state, done_updates, previous[-1]["wall_seconds"] if previous else 0.0)
+    # checkpoints fall after whole chunks, so the chunks done are known: target checks and
+    # checkpoints come at the same updates as in the run never interrupted
+    calls = done_updates // config.train.updates_per_call
+    return Progress(state, done_updates, previous[-1]["wall_seconds"] if previous else 0.0, calls=calls)
 
 
 def train(session: Session, progress: Progress, run_dir: Path) -> Progress:

@@ -40,7 +40,7 @@ import numpy as np
 
 from cube_jax.core.observations import EGO_CHANNELS
 from cube_jax.rl import algorithms
-from cube_jax.rl.checkpoint import POLICY_META, RUNNER_DIR, read_meta, restore_runner
+from cube_jax.rl.checkpoint import POLICY_META, RUNNER_DIR, read_meta, readable, restore_runner
 from cube_jax.rl.policy import BLOCKED_FEATURES
 
 __all__ = ["SUPPORTED_ALGOS", "TransferError", "observation_labels", "embed_first_layer", "init_from"]
@@ -105,8 +105,8 @@ def read_source(path) -> Tuple[Path, Dict[str, Any]]:
     """The checkpoint folder of run ``path`` (a run folder or its ``checkpoint/``) and its
     policy metadata; raises :class:`TransferError` with the path when there is none."""
     path = Path(str(path))
-    folder = path / "checkpoint" if (path / "checkpoint").is_dir() else path
-    if not (folder / POLICY_META).is_file() or not (folder / RUNNER_DIR).is_dir():
+    folder = path / "checkpoint" if readable(path / "checkpoint").is_dir() else path
+    if not (readable(folder) / POLICY_META).is_file() or not (readable(folder) / RUNNER_DIR).is_dir():
         raise TransferError(f"train.init_from={str(path)!r}: no checkpoint there (expected {folder / POLICY_META} "
                             f"and {folder / RUNNER_DIR}/; was the run saved with output.checkpoint=true?)")
     return folder, read_meta(folder)
