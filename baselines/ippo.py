@@ -4,7 +4,7 @@
     python baselines/ippo.py --preset gpu env.scenario=hard    # thousands of envs on an accelerator
     python baselines/ippo.py env.scenario=null env.n=4 train.total_timesteps=20000000
 
-Config: configs/ippo.yaml (every key: cube_jax/rl/config.py); see docs/baselines.md.
+Config: the preset ippo.yaml (cube_jax/rl/presets/, copied in configs/; every key: cube_jax/rl/schema.py); see docs/baselines.md.
 """
 import sys
 
