@@ -18,6 +18,7 @@ from typing import Any, Dict, List, Optional
 
 from cube_jax.rl import algorithms
 from cube_jax.rl.config import Config, ConfigError, build
+from cube_jax.rl.trackers import TrackerError, check_extras
 
 log = logging.getLogger("baselines")
 
@@ -139,9 +140,11 @@ def parse_args(algo: str, argv: Optional[List[str]] = None) -> Config:
     )
     args = parser.parse_args(argv)
     try:
-        return build(learner.config_algo, args.config, [*learner.presets, *args.preset], args.overrides)
-    except ConfigError as err:
+        config = build(learner.config_algo, args.config, [*learner.presets, *args.preset], args.overrides)
+        check_extras(config)
+    except (ConfigError, TrackerError) as err:
         parser.error(str(err))
+    return config
 
 
 def main(algo: str, argv: Optional[List[str]] = None) -> Dict[str, Any]:

@@ -41,6 +41,7 @@ from jax.experimental import multihost_utils
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from cube_jax.rl import algorithms, checkpoint, outputs, transfer
+from cube_jax.rl.trackers import Trackers
 from cube_jax.rl.config import Config
 from cube_jax.rl.devices import (HOST_DEVICES_FLAG, MAX_AUTO_CPU_DEVICES, MESH_AXIS, DistributedError,  # noqa: F401
                                   configure_cpu_devices, cpu_device_count, init_distributed, is_primary, make_mesh,
@@ -236,8 +237,14 @@ def train_and_report(config: Config, run_dir: Optional[Path] = None, fetch: Fetc
         run_dir = open_run(config)
     session = set_up(config, trainer, fetch)
     progress = resume(session, run_dir)
-    progress = train(session, progress, run_dir)
-    summary, film = evaluate(session, progress, run_dir)
+    trackers = Trackers(config, run_dir, session.num_seeds) if is_primary() else None
+    summary = None
+    try:
+        progress = train(session, progress, run_dir, trackers)
+        summary, film = evaluate(session, progress, run_dir)
+    finally:
+        if trackers is not None:
+            trackers.close(summary)
     if config.output.checkpoint:
         save(session, progress.state, run_dir, summary["policy_seed_index"])
         summary["checkpoint"] = str(run_dir / outputs.CHECKPOINT_DIR)
@@ -287,9 +294,9 @@ def resume(session: Session, run_dir: Path) -> Progress:
     return Progress(state, done_updates, previous[-1]["wall_seconds"] if previous else 0.0, calls=calls)
 
 
-def train(session: Session, progress: Progress, run_dir: Path) -> Progress:
+def train(session: Session, progress: Progress, run_dir: Path, trackers: Optional[Trackers] = None) -> Progress:
     """Updates in jitted chunks until the budget, the target or ``train.max_seconds`` ends
-    them, writing the metrics and the checkpoints as they come."""
+    them, writing the metrics (to ``trackers`` too) and the checkpoints as they come."""
     config, trainer, out = session.config, session.trainer, session.config.output
     steps_per_update = trainer.steps_per_update * session.num_seeds
     start = time.perf_counter()
@@ -309,6 +316,8 @@ def train(session: Session, progress: Progress, run_dir: Path) -> Progress:
         progress.rows = outputs.metric_rows(metrics, done, steps_per_update, elapsed)
         if is_primary():
             outputs.append_metrics(run_dir, progress.rows)
+        if trackers is not None:
+            trackers.log(progress.rows)
         progress.done_updates += count
         progress.calls += 1
         rate = count * steps_per_update / max(now - t0, 1e-9)

@@ -4,7 +4,7 @@ layers files and overrides onto it and re-exports these names."""
 from __future__ import annotations
 
 import re
-from typing import Annotated, Literal, Optional
+from typing import Annotated, List, Literal, Optional
 
 from pydantic import (
     BaseModel,
@@ -234,6 +234,17 @@ class OutputSection(Section):
     resume: Optional[Text] = Field(None, description="a run folder or checkpoint folder to continue from")
 
 
+class LoggerSection(Section):
+    tensorboard: bool = Field(False, description="also write the metrics as TensorBoard event files, one folder per "
+                              "seed under <run>/tensorboard/ (the tensorboard extra)")
+    wandb: Optional[Literal["online", "offline"]] = Field(
+        None, description="also log the metrics to Weights & Biases, one run per seed, files under <run>/wandb/ "
+        "(the wandb extra); null: not at all")
+    project: Text = Field("cube_jax", description="the W&B project")
+    group: Optional[Text] = Field(None, description="the W&B group (null: the run folder's name)")
+    tags: List[Text] = Field(default_factory=list, description="W&B tags")
+
+
 class DistributedSection(Section):
     coordinator: Optional[Text] = Field(
         None, description="'host:port' of process 0 starts jax.distributed; 'auto': the cluster launcher's "
@@ -280,6 +291,7 @@ class Config(Section):
     shaping: ShapingSection = Field(default_factory=ShapingSection)
     eval: EvalSection = Field(default_factory=EvalSection)
     output: OutputSection = Field(default_factory=OutputSection)
+    logger: LoggerSection = Field(default_factory=LoggerSection)
     distributed: DistributedSection = Field(default_factory=DistributedSection)
 
     @model_validator(mode="after")

@@ -37,7 +37,8 @@ def test_schema_defaults_are_the_documented_ones():
     assert defaults["env"] == {"scenario": "easy", "n": None, "num_agents": None, "observation": "vector", "view_radius": 3,
                                "pool_size": 4096, "max_steps": None}
     assert list(defaults) == ["algo", "seed", "num_seeds", "env", "network", "train", "pqn", "shaping", "eval",
-                              "output", "distributed"]
+                              "output", "logger", "distributed"]
+    assert defaults["logger"] == {"tensorboard": False, "wandb": None, "project": "cube_jax", "group": None, "tags": []}
 
 
 def test_a_config_is_immutable():
