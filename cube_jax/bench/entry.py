@@ -25,7 +25,6 @@ import dataclasses
 import datetime
 import hashlib
 import json
-import os
 import platform
 import shlex
 import subprocess
@@ -37,6 +36,7 @@ import numpy as np
 
 from cube_jax.core import suite
 from cube_jax.cpus import cpu_model, usable_cpus
+from cube_jax.files import write_atomic
 
 FORMAT = 1
 ENTRY_FILE = "entry.json"
@@ -206,9 +206,7 @@ def new_entry(agent: Agent, prov: Mapping[str, Any]) -> Dict[str, Any]:
 
 def write_json(path: Path, data: Mapping[str, Any]) -> None:
     """Writes ``data`` atomically (a temporary file renamed over ``path``): nothing half written."""
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=1, sort_keys=False) + "\n")
-    os.replace(tmp, path)
+    write_atomic(path, json.dumps(data, indent=1, sort_keys=False) + "\n")
 
 
 def read_entry(folder: Path) -> Dict[str, Any]:

@@ -13,6 +13,7 @@ import numpy as np
 from cube_jax.bench import entry as entries
 from cube_jax.bench.batched import BenchError
 from cube_jax.core import suite
+from cube_jax.files import write_atomic
 
 WORK_DIR = "work"
 
@@ -100,12 +101,12 @@ def write_npz(path: Path, arrays: Dict[str, np.ndarray]) -> None:
     import io
     import zipfile
 
-    tmp = path.with_name(path.name + ".tmp")
-    with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+    packed = io.BytesIO()
+    with zipfile.ZipFile(packed, "w", compression=zipfile.ZIP_DEFLATED) as archive:
         for name, array in arrays.items():
             buffer = io.BytesIO()
             np.lib.format.write_array(buffer, np.ascontiguousarray(array), allow_pickle=False)
             info = zipfile.ZipInfo(name + ".npy", date_time=(1980, 1, 1, 0, 0, 0))
             info.compress_type = zipfile.ZIP_DEFLATED
             archive.writestr(info, buffer.getvalue())
-    tmp.replace(path)
+    write_atomic(path, packed.getvalue())

@@ -26,6 +26,8 @@ from typing import Optional
 
 import numpy as np
 
+from cube_jax.names import excerpt as _cut
+
 EXCERPT_CHARS = 80
 
 _REPR = reprlib.Repr()
@@ -57,7 +59,7 @@ def excerpt(value, limit: int = EXCERPT_CHARS) -> str:
 
 def clip(text: str, limit: int = 200) -> str:
     """``text`` cut to at most ``limit`` characters (for error messages that embed other messages)."""
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+    return _cut(text, limit, fit=True)
 
 
 def is_integer(value) -> bool:
