@@ -14,9 +14,11 @@ from cube_jax.cli import eval as eval_command
 from cube_jax.cli import llm as llm_command
 from cube_jax.cli import report as report_command
 from cube_jax.cli import serve as serve_command
+from cube_jax.cli import sweep as sweep_command
 from cube_jax.cli import worldmodel as worldmodel_command
 
-COMMANDS = (bench_command, eval_command, llm_command, report_command, serve_command, worldmodel_command)
+COMMANDS = (bench_command, eval_command, llm_command, report_command, serve_command, sweep_command,
+            worldmodel_command)
 
 
 def build_parser() -> argparse.ArgumentParser:

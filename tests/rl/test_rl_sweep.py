@@ -1,0 +1,100 @@
+"""Sweeps in one program (cube_jax.rl.sweep, cube-jax sweep): which keys run traced, that a
+traced point trains exactly as the same value built into its own program, and the command's
+files, resume and refusals."""
+import json
+
+import pytest
+
+from cube_jax.cli import main
+from cube_jax.rl import sweep
+from cube_jax.rl.config import build
+
+TINY = ["train.num_envs=8", "train.num_steps=8", "train.total_timesteps=192", "train.updates_per_call=2",
+        "train.num_minibatches=2", "train.update_epochs=1", "eval.episodes=4", "num_seeds=2", "env.scenario=easy"]
+
+
+@pytest.fixture(scope="module")
+def config():
+    return build("ippo", overrides=TINY)
+
+
+def test_grid_errors_name_the_key():
+    with pytest.raises(sweep.SweepError, match="train.nope.*unknown config key"):
+        sweep.parse_grid("ippo", ["train.nope=1,2"], TINY)
+    with pytest.raises(sweep.SweepError, match="train.lr: given twice"):
+        sweep.parse_grid("ippo", ["train.lr=0.1", "train.lr=0.2"], TINY)
+    with pytest.raises(sweep.SweepError, match="empty value"):
+        sweep.parse_grid("ippo", ["train.lr=0.1,"], TINY)
+    with pytest.raises(sweep.SweepError, match="listed twice"):
+        sweep.parse_grid("ippo", ["train.lr=1e-3,0.001"], TINY)
+    with pytest.raises(sweep.SweepError, match="train.gamma.*less than or equal to 1"):
+        sweep.parse_grid("ippo", ["train.gamma=0.9,1.5"], TINY)  # out of the schema's range
+    # values typed by the schema: YAML reads "1e-3" as a string
+    assert sweep.parse_grid("ippo", ["train.lr=1e-3,2e-3"], TINY) == {"train.lr": [0.001, 0.002]}
+
+
+def test_keys_split_into_traced_and_static(config):
+    grid = sweep.parse_grid("ippo", ["train.lr=1e-3,2e-3", "train.ent_coef=0,0.02", "train.num_steps=8,16",
+                                     "train.anneal_lr=true,false"], TINY)
+    plan = sweep.classify(config, grid)
+    assert plan.traced == ("train.lr", "train.ent_coef")
+    assert plan.static == ("train.num_steps", "train.anneal_lr")
+    assert "shape or a branch" in plan.why_static["train.num_steps"]
+    assert len(plan.groups(grid)) == 4 and len(plan.points(grid)) == 4
+
+
+def test_a_key_training_never_reads_is_refused():
+    pqn = build("pqn_vdn", overrides=TINY)
+    with pytest.raises(sweep.SweepError, match="never reads train.lr"):
+        sweep.classify(pqn, {"train.lr": [1e-3, 2e-3]})
+    assert sweep.classify(pqn, {"pqn.lr": [1e-3, 2e-3]}).traced == ("pqn.lr",)
+
+
+def test_a_traced_point_trains_as_its_own_program(config):
+    """The point ent_coef=0.02 of a traced grid and a program built with ent_coef=0.02: the
+    same curves and the same evaluation, bit for bit on the CPU."""
+    grid = {"train.ent_coef": [0.0, 0.02]}
+    plan = sweep.classify(config, grid)
+    traced = sweep.run_group(config, plan, grid, {})
+    alone = sweep.run_group(config, sweep.Plan((), ("train.ent_coef",), {}), {"train.ent_coef": [0.02]},
+                            {"train.ent_coef": 0.02})
+    assert traced.points == [{"train.ent_coef": 0.0}, {"train.ent_coef": 0.02}]
+    for name, values in alone.curves.items():
+        if name != "env_steps":
+            assert traced.curves[name][1] == values[0], name
+    for name, values in alone.final.items():
+        assert traced.final[name][1] == values[0], name
+    # the two points differ: the swept value reaches the update
+    assert traced.curves["ent_coef"][1] == [pytest.approx(0.02)] * 2
+    assert traced.curves["policy_loss"][0][1:] != traced.curves["policy_loss"][1][1:]
+
+
+def test_the_command_writes_resumes_and_refuses(tmp_path, capsys, caplog):
+    out = tmp_path / "sweep"
+    argv = ["sweep", "ippo", "--task", "easy", "--grid", "train.ent_coef=0,0.02", "--grid", "train.update_epochs=1,2",
+            "--seeds", "2", "--env-steps", "192", "--out", str(out),
+            *[a for o in TINY if not o.startswith(("num_seeds", "train.total", "env.scenario", "train.update_epochs"))
+              for a in ("--set", o)]]
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    assert "(chosen)" in printed and "train.ent_coef" in printed
+    summary = json.loads((out / "sweep.json").read_text())
+    assert summary["traced"] == ["train.ent_coef"] and summary["static"] == ["train.update_epochs"]
+    assert len(summary["rows"]) == 4 and summary["best"] in summary["rows"]
+    assert all(len(r["greedy_success_rate"]["per_seed"]) == 2 for r in summary["rows"])
+    assert (out / "sweep.png").stat().st_size > 0 and (out / "sweep.md").read_text().count("\n|") == 6
+    # a rerun keeps the finished groups (no training: their files are read back)
+    group = out / "groups" / "group-1.json"
+    kept = json.loads(group.read_text())
+    kept["wall_seconds"] = -1.0  # marks the file: a rerun that trained again would overwrite it
+    group.write_text(json.dumps(kept))
+    caplog.clear()
+    with caplog.at_level("INFO", logger="cube_jax.sweep"):
+        assert main(argv) == 0
+    assert sum("done before, kept" in r.getMessage() for r in caplog.records) == 2
+    assert json.loads(group.read_text())["wall_seconds"] == -1.0
+    # the same folder with another grid is refused, naming what differs
+    with pytest.raises(SystemExit) as stop:
+        main([*argv[:5], "train.ent_coef=0,0.05", *argv[6:]])
+    assert stop.value.code == 2
+    assert "differs in: grid" in capsys.readouterr().err
