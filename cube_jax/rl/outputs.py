@@ -19,6 +19,8 @@ CURVE_FILE = "learning_curve.png"
 GIF_FILE = "policy.gif"
 CONFIG_FILE = "config.yaml"
 CHECKPOINT_DIR = "checkpoint"
+EVALUATIONS_FILE = "evaluations.jsonl"
+VIDEO_DIR = "videos"
 
 
 def run_name(config: Config, when: Optional[float] = None) -> str:
@@ -129,6 +131,10 @@ def seed_curves(rows: List[Dict[str, Any]], name: str) -> List[np.ndarray]:
     return [smoothed([r.get(name) for r in rows])]
 
 
+def _lines(path: Path) -> List[str]:
+    return [line for line in path.read_text().splitlines() if line.strip()] if path.is_file() else []
+
+
 def plot_learning_curve(run_dir: Path, title: str, path: Optional[Path] = None) -> Path:
     """learning_curve.png: success rate, blocks delivered and return of every seed against env steps.
 
@@ -147,6 +153,10 @@ def plot_learning_curve(run_dir: Path, title: str, path: Optional[Path] = None) 
         curves = seed_curves(rows, name)
         for i, curve in enumerate(curves):
             ax.plot(steps, curve, color=f"C{i % 10}", label=f"seed {i}" if len(curves) > 1 else "training")
+        evaluated = [json.loads(line) for line in _lines(run_dir / EVALUATIONS_FILE)]
+        if evaluated and name in ("success_rate", "blocks_delivered_frac"):  # eval.every's greedy evaluations
+            ax.plot([e["env_steps"] for e in evaluated], [e[f"greedy_{name}"] for e in evaluated], "k.--",
+                    label="greedy evaluation (mean)")
         if name != "episode_return":
             ax.set_ylim(-0.02, 1.02)
         ax.set_xlabel("env steps (all seeds)")

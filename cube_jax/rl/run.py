@@ -287,6 +287,11 @@ def resume(session: Session, run_dir: Path) -> Progress:
     if is_primary():
         with open(run_dir / outputs.METRICS_FILE, "w") as f:  # drop rows written after the checkpoint
             f.writelines(json.dumps(r) + "\n" for r in previous)
+        evaluations = run_dir / outputs.EVALUATIONS_FILE
+        if evaluations.is_file():  # and evaluations (eval.every) made after it
+            kept = [line for line in evaluations.read_text().splitlines()
+                    if line.strip() and json.loads(line)["update"] <= done_updates]
+            evaluations.write_text("".join(line + "\n" for line in kept))
     log.info("resumed from %s at update %d", run_dir / outputs.CHECKPOINT_DIR, done_updates)
     # checkpoints fall after whole chunks, so the chunks done are known: target checks and
     # checkpoints come at the same updates as in the run never interrupted
@@ -323,6 +328,8 @@ def train(session: Session, progress: Progress, run_dir: Path, trackers: Optiona
         rate = count * steps_per_update / max(now - t0, 1e-9)
         log.info(outputs.progress_line(outputs.chunk_row(progress.rows), trainer.num_updates, rate))
         stopping = _stop_reason(session, progress, elapsed)
+        if config.eval.every is not None and progress.calls % config.eval.every == 0:
+            evaluate_during(session, progress, run_dir, trackers)
         if out.checkpoint and (progress.calls % out.checkpoint_every == 0 or stopping):
             save(session, progress.state, run_dir)
         if stopping:
@@ -331,6 +338,37 @@ def train(session: Session, progress: Progress, run_dir: Path, trackers: Optiona
     progress.wall = progress.wall_before + time.perf_counter() - start
     progress.steady_rate = steady_steps / (time.perf_counter() - steady_start) if steady_steps else None
     return progress
+
+
+def evaluate_during(session: Session, progress: Progress, run_dir: Path, trackers: Optional[Trackers] = None) -> None:
+    """An evaluation during training (``eval.every``): every seed greedy and sampled on the
+    same ``eval.episodes`` layouts each time, one line of ``evaluations.jsonl`` (and the
+    trackers' ``eval/`` metrics), and every ``output.video_every``-th time a GIF of seed 0's
+    greedy play on the first of those layouts (``videos/update-<updates>.gif``). Its key is
+    fixed, so a resumed run evaluates and films exactly as the run never interrupted."""
+    config, trainer = session.config, session.trainer
+    greedy, sampled, film = session.evaluate(progress.state, jax.random.PRNGKey(config.seed + 30_000))
+    steps = progress.done_updates * trainer.steps_per_update * session.num_seeds  # as metrics.jsonl counts them
+    row = {"update": progress.done_updates, "env_steps": steps}
+    for way, values in (("greedy", greedy), ("sampled", sampled)):
+        for name in ("success_rate", "blocks_delivered_frac"):
+            per_seed = np.asarray(values[name], np.float64)
+            row[f"{way}_{name}"] = float(per_seed.mean())
+            row[f"{way}_{name}_per_seed"] = per_seed.tolist()
+    if not is_primary():
+        return
+    with open(run_dir / outputs.EVALUATIONS_FILE, "a") as f:
+        f.write(json.dumps(row) + "\n")
+    if trackers is not None:
+        trackers.log_evaluation(row)
+    log.info("evaluation at update %d: greedy success %.3f, sampled %.3f (mean over seeds)", progress.done_updates,
+             row["greedy_success_rate"], row["sampled_success_rate"])
+    count = progress.calls // config.eval.every
+    if config.output.video_every is not None and count % config.output.video_every == 0:
+        states, done = jax.tree.map(lambda x: x[0], film)
+        path = run_dir / outputs.VIDEO_DIR / f"update-{progress.done_updates:07d}.gif"
+        path.parent.mkdir(exist_ok=True)
+        outputs.write_gif(states, done, path)
 
 
 def _stop_reason(session: Session, progress: Progress, elapsed: float) -> Optional[str]:

@@ -222,6 +222,9 @@ class ShapingSection(Section):
 class EvalSection(Section):
     episodes: PositiveInt = 128
     greedy: bool = Field(True, description="report greedy play (true) or sampled play (false) as 'eval'")
+    every: Optional[PositiveInt] = Field(
+        None, description="also evaluate during training, every this many jitted calls, into evaluations.jsonl "
+        "(and the trackers); null: only at the end")
 
 
 class OutputSection(Section):
@@ -231,6 +234,9 @@ class OutputSection(Section):
     plot: bool = True
     checkpoint: bool = True
     checkpoint_every: PositiveInt = Field(5, description="save every this many jitted calls (and at the end)")
+    video_every: Optional[PositiveInt] = Field(
+        None, description="with eval.every: a GIF of the greedy policy on one fixed evaluation layout every this "
+        "many evaluations, in <run>/videos/; null: none")
     resume: Optional[Text] = Field(None, description="a run folder or checkpoint folder to continue from")
 
 
@@ -325,4 +331,7 @@ class Config(Section):
                     "network.recurrent=true: a recurrent policy's minibatches are whole environments' sequences",
                     "train.num_minibatches", "train.num_envs", "network.recurrent",
                 )
+        if self.output.video_every is not None and self.eval.every is None:
+            raise _cross_field("output.video_every films every k-th evaluation during training: set eval.every too",
+                               "output.video_every", "eval.every")
         return self

@@ -95,6 +95,11 @@ class Trackers:
                 if self.runs:
                     self.runs[seed].log({**values, "update": row["update"]}, step=step)
 
+    def log_evaluation(self, row: Dict[str, Any]) -> None:
+        """An evaluation during training (a line of ``evaluations.jsonl``), as ``eval/<name>``."""
+        renamed = {("" if k in SKIPPED else "eval/") + k: v for k, v in row.items() if k != "wall_seconds"}
+        self.log([{**renamed, "update": row["update"], "env_steps": row["env_steps"]}])
+
     def close(self, summary: Optional[Dict[str, Any]] = None) -> None:
         """Flushes and ends every tracker; ``summary``'s evaluation goes to each W&B run's summary."""
         for writer in self.writers:

@@ -24,8 +24,10 @@ def tracked_run(tmp_path_factory) -> Path:
     pytest.importorskip("tensorboardX")
     pytest.importorskip("wandb")
     root = tmp_path_factory.mktemp("trackers")
+    # three jitted calls, each followed by an evaluation (eval.every); the second one filmed
     args = [*TINY, f"output.root={root}", "output.name=run", "logger.tensorboard=true", "logger.wandb=offline",
-            "logger.project=cube-test", "logger.tags=[tiny, ci]"]
+            "logger.project=cube-test", "logger.tags=[tiny, ci]", "train.updates_per_call=1", "eval.every=1",
+            "output.video_every=2"]
     done = subprocess.run([sys.executable, str(REPO / "baselines" / "ippo.py"), *args], cwd=root,
                           env={**subprocess_env(), "WANDB_SILENT": "true"}, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
@@ -37,6 +39,12 @@ def test_tensorboard_holds_every_seeds_metrics_as_in_metrics_jsonl(tracked_run):
 
     rows = [json.loads(line) for line in (tracked_run / "metrics.jsonl").read_text().splitlines()]
     assert len(rows) == 3
+    evaluations = [json.loads(line) for line in (tracked_run / "evaluations.jsonl").read_text().splitlines()]
+    assert [e["update"] for e in evaluations] == [1, 2, 3]
+    assert [e["env_steps"] for e in evaluations] == [r["env_steps"] for r in rows]
+    rows += [{"update": e["update"], "env_steps": e["env_steps"],
+              **{f"eval/{k}": v for k, v in e.items() if k not in ("update", "env_steps")}} for e in evaluations]
+    rows.sort(key=lambda r: r["env_steps"])
     for seed in range(SEEDS):
         events = EventAccumulator(str(tracked_run / "tensorboard" / f"seed-{seed}"))
         events.Reload()
@@ -49,6 +57,22 @@ def test_tensorboard_holds_every_seeds_metrics_as_in_metrics_jsonl(tracked_run):
             assert [s for s, _ in logged] == [s for s, _ in wanted]
             assert [v for _, v in logged] == pytest.approx([v for _, v in wanted], rel=1e-6, abs=1e-7)
         assert "config/text_summary" in events.Tags()["tensors"]  # the config, as text
+
+
+def test_every_second_evaluation_is_filmed(tracked_run):
+    from PIL import Image
+
+    videos = sorted((tracked_run / "videos").iterdir())
+    assert [v.name for v in videos] == ["update-0000002.gif"]
+    with Image.open(videos[0]) as gif:
+        assert gif.n_frames > 1
+
+
+def test_a_video_needs_evaluations_during_training():
+    from cube_jax.rl.config import ConfigError
+
+    with pytest.raises(ConfigError, match="output.video_every.*eval.every"):
+        build("ippo", overrides=["output.video_every=2"])
 
 
 def test_the_offline_wandb_run_of_each_seed_is_on_disk(tracked_run):
