@@ -1,7 +1,7 @@
 """Observations: the papers' five-channel grid and per-agent forms for learning.
 
 Per-agent forms (``make(..., observation=...)``), every one ``float32`` with the agent
-axis first, and every one telling an agent which one it is:
+axis first, and all but one telling an agent which one it is:
 
 ``"vector"`` (default) ``float32[N, N + 3 + 5B + 2N]``, per agent ``i``:
     ``[one_hot(i) (N), own row/(K-1), own col/(K-1), t/max_steps,
@@ -14,6 +14,9 @@ axis first, and every one telling an agent which one it is:
     weight / heaviest block weight, wall (outside the grid), goal column), flattened row-major as
     ``[row, col, channel]``, then own row/(K-1), own col/(K-1), t/max_steps and
     ``one_hot(i)``. Size does not grow with K; this is the form for large n.
+``"egocentric_noid"`` ``float32[N, 4 (2r+1)^2 + 3]``: the egocentric form without the
+    one-hot id, the one form that does not tell an agent which one it is. Its size depends
+    on neither N nor K, so a policy trained with one team size plays any other.
 ``"grid"`` ``float32[N, K, K, 6]``: the five channels plus a sixth marking the agent's
     own cell. Size grows with K*K per agent; meant for small grids and CNNs.
 """
@@ -209,6 +212,11 @@ def egocentric_observation(cfg: EnvConfig, state: State) -> jax.Array:
     return jnp.concatenate([_run_env_last(_egocentric_kernel, cfg, state), ids], axis=-1)
 
 
+def egocentric_noid_observation(cfg: EnvConfig, state: State) -> jax.Array:
+    """The "egocentric_noid" form (no agent id) for one state or a batch with any leading axes."""
+    return _run_env_last(_egocentric_kernel, cfg, state)
+
+
 def agent_grid_observation(cfg: EnvConfig, state: State) -> jax.Array:
     grid = grid_observation(state)
     n, k = cfg.num_agents, cfg.grid_size
@@ -266,6 +274,10 @@ def _egocentric_features(cfg: EnvConfig) -> Tuple[int, ...]:
     return (EGO_CHANNELS * (2 * cfg.view_radius + 1) ** 2 + 3 + cfg.num_agents,)
 
 
+def _egocentric_noid_features(cfg: EnvConfig) -> Tuple[int, ...]:
+    return (EGO_CHANNELS * (2 * cfg.view_radius + 1) ** 2 + 3,)
+
+
 def _egocentric_limits(cfg: EnvConfig, max_weight: int) -> Bounds:
     return 0.0, 1.0  # 0/1 channels, weight over the heaviest weight, positions over K - 1, one-hot
 
@@ -304,6 +316,13 @@ OBSERVATION_FORMS: Tuple[ObservationForm, ...] = (
         _egocentric_features,
         _egocentric_limits,
         lambda cfg, state: _batched_form(cfg, egocentric_observation)(state),
+    ),
+    ObservationForm(
+        "egocentric_noid",
+        "the egocentric window, position and time without the agent's id; size fixed by r whatever n is",
+        _egocentric_noid_features,
+        _egocentric_limits,
+        lambda cfg, state: _batched_form(cfg, egocentric_noid_observation)(state),
     ),
     ObservationForm(
         "grid",

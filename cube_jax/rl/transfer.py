@@ -65,9 +65,9 @@ def observation_labels(form: str, num_agents: int, num_blocks: int, view_radius:
     if form == "vector":
         labels = (ids + own + [("block", j, f) for j in range(b) for f in range(BLOCK_FEATURES)]
                   + [("agent", j, axis) for j in range(n) for axis in ("row", "col")])
-    elif form == "egocentric":
+    elif form in ("egocentric", "egocentric_noid"):
         side = 2 * view_radius + 1
-        labels = [("window", c) for c in range(EGO_CHANNELS * side * side)] + own + ids
+        labels = [("window", c) for c in range(EGO_CHANNELS * side * side)] + own + (ids if form == "egocentric" else [])
     elif form == "grid":
         return None
     else:
@@ -126,7 +126,7 @@ def check_compatible(source_meta: Dict[str, Any], algo: str, network: Dict[str, 
         raise TransferError(f"train.init_from={where!r}: that run observed {form!r}, this one env.observation="
                             f"{observation!r}")
     radius = int(source_meta["env_kwargs"].get("view_radius", 3))
-    if form == "egocentric" and radius != view_radius:
+    if form.startswith("egocentric") and radius != view_radius:
         raise TransferError(f"train.init_from={where!r}: that run's window had env.view_radius={radius}, this one "
                             f"{view_radius}")
     keys = ("hidden", "layers", "activation", "recurrent", "gru_hidden", "blocked_moves")

@@ -19,7 +19,7 @@ ENVS, STEPS = 16, 40
 
 
 def test_one_declaration_feeds_make_the_rl_config_and_the_errors():
-    assert FORMS == tuple(form.name for form in cube_jax.OBSERVATION_FORMS) == ("vector", "egocentric", "grid")
+    assert FORMS == tuple(form.name for form in cube_jax.OBSERVATION_FORMS) == ("vector", "egocentric", "egocentric_noid", "grid")
     assert set(typing.get_args(rl_config.ObservationForm)) == set(FORMS)
     with pytest.raises(ValueError, match=r"observation: .*'pixels'.*vector"):
         cube_jax.make("easy", observation="pixels")

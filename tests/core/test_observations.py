@@ -68,6 +68,10 @@ def test_egocentric_view_matches_its_definition(monkeypatch, n, radius, grid_pat
         expected = egocentric_reference(state, env.grid_size, radius, env.max_steps)
         np.testing.assert_allclose(batched[e], expected, atol=1e-6, err_msg=f"env {e}")
         np.testing.assert_allclose(np.asarray(alone(state)), expected, atol=1e-6, err_msg=f"env {e} alone")
+    # the form without ids is the same but for the one-hot id at the end, and its size does not depend on n
+    noid = cube_jax.make(n=n, observation="egocentric_noid", view_radius=radius, max_steps=200)
+    np.testing.assert_array_equal(np.asarray(jax.jit(jax.vmap(noid.observe))(states)), batched[..., :-n])
+    assert noid.observation_shape == (n, 4 * (2 * radius + 1) ** 2 + 3)
 
 
 def test_egocentric_view_sees_a_delivered_block_vanish():
