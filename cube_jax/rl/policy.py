@@ -245,10 +245,11 @@ class LoadedPolicy:
         sampled = sample_actions(scores, key, self.epsilon)
         return jnp.where(greedy, jnp.argmax(scores, axis=-1), sampled).astype(jnp.int32)
 
-    def initial_carry(self, batch_shape: Tuple[int, ...] = ()) -> jax.Array:
+    def initial_carry(self, batch_shape: Tuple[int, ...] = (), num_agents: Optional[int] = None) -> jax.Array:
         """float32[*batch_shape, N, H]: the hidden state of every agent at an episode's start
-        (H = 0 for a feedforward policy, which has none)."""
-        num_agents = int(self.meta["observation_shape"][0])
+        (H = 0 for a feedforward policy, which has none); N is the team it trained with unless
+        ``num_agents`` says otherwise (an observation form that does not depend on n plays any team)."""
+        num_agents = int(self.meta["observation_shape"][0]) if num_agents is None else int(num_agents)
         size = self.actor.gru_hidden if self.recurrent else 0
         return jnp.zeros(tuple(batch_shape) + (num_agents, size), jnp.float32)
 
