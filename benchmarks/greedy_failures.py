@@ -1,6 +1,6 @@
 """Where the greedy play of trained PPO seeds fails: frozen worlds against moving ones.
 
-    python benchmarks/greedy_failures.py --doc          # the n-curriculum's ten-seed runs under runs/rl_seeds/
+    python benchmarks/greedy_failures.py                # the n-curriculum's ten-seed runs under runs/rl_seeds/
     python benchmarks/greedy_failures.py runs/rl_seeds/ippo-n3 --episodes 512 --json /tmp/f.json
 
 Every seed of each run folder (its ``checkpoint/runner`` holds all of them; PPO runs, feedforward
@@ -18,7 +18,7 @@ would leave it.
 
 The JSON (``benchmarks/results/greedy_failures.json``) holds every seed's figures; the figure
 ``greedy_failures.png`` beside it shows, per run and seed, the share of episodes delivered,
-failed frozen and failed moving. ``--doc`` renders the table into docs/baselines.md.
+failed frozen and failed moving; the table is printed.
 """
 from __future__ import annotations
 
@@ -35,7 +35,6 @@ ROOT = Path(__file__).resolve().parents[1]
 
 SCRIPT = "benchmarks/greedy_failures.py"
 JSON_REL = "benchmarks/results/greedy_failures.json"
-DOC = ROOT / "docs" / "baselines.md"
 DEFAULT_RUNS = ("ippo-n2", "mappo-n2", "ippo-n2+network.blocked_moves=true", "mappo-n2+network.blocked_moves=true",
                 "ippo_rnn-n2", "ippo-n3", "mappo-n3",
                 "ippo-n3+train.ent_coef_final=0", "ippo-n3+network.blocked_moves=true",
@@ -56,14 +55,11 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
                         help=f"a failed episode is frozen when its world stood still this many last steps "
                         f"(default {DEFAULT_FROZEN_STEPS})")
     parser.add_argument("--json", type=Path, default=None, help=f"the results (default {JSON_REL})")
-    parser.add_argument("--doc", action="store_true", help="render the table into docs/baselines.md")
     args = parser.parse_args(argv)
     if args.episodes < 1:
         parser.error(f"--episodes must be at least 1, got {args.episodes}")
     if args.frozen_steps < 1:
         parser.error(f"--frozen-steps must be at least 1, got {args.frozen_steps}")
-    if args.doc and args.json is not None and args.json.resolve() != (ROOT / JSON_REL).resolve():
-        parser.error(f"--doc renders {JSON_REL}; it cannot be combined with --json {args.json}")
     if args.json is None:
         args.json = ROOT / JSON_REL
     if not args.runs:
@@ -317,11 +313,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args.json.write_text(json.dumps(data, indent=1) + "\n")
     print(f"wrote {args.json}", flush=True)
     print(f"wrote {plot(data, args.json.with_suffix('.png'))}", flush=True)
-    if args.doc:
-        from bench_common import write_generated
-
-        write_generated(DOC, SCRIPT, JSON_REL)
-        print(f"wrote the table of {DOC}", flush=True)
     print(render(data))
     return 0
 

@@ -1,13 +1,13 @@
 """IPPO and MAPPO (and PQN-VDN, IPPO-RNN, MAPPO-RNN) over ten seeds per world, reported as the field reports RL results.
 
-    nice -n 5 python benchmarks/rl_seeds.py --doc                 # ippo and mappo on easy and hard, 10 seeds
+    nice -n 5 python benchmarks/rl_seeds.py                       # ippo and mappo on easy and hard, 10 seeds
     python benchmarks/rl_seeds.py --worlds n2,n3 --budget n3=20000000
     python benchmarks/rl_seeds.py --algos pqn_vdn --worlds easy --budget easy=2000000   # its preset's budget
     python benchmarks/rl_seeds.py --algos ippo_rnn --worlds n2 --budget n2=15000000       # GRU actor and critic
     python benchmarks/rl_seeds.py --worlds n3 --algos ippo --set train.ent_coef_final=0   # a variant of the recipe
     python benchmarks/rl_seeds.py --worlds n4 --algos ippo --set train.init_from=ippo-n3  # n = 4 from the n = 3 run
     python benchmarks/rl_seeds.py --quick                         # a tiny smoke run into runs/rl_seeds-quick
-    python benchmarks/rl_seeds.py --render-only --doc             # figures and doc table from the JSON alone
+    python benchmarks/rl_seeds.py --render-only                   # figures and table from the JSON alone
 
 Every (algorithm, world) pair is one run of the baseline driver, ``python
 baselines/<algo>.py num_seeds=S train.target_success=null train.total_timesteps=B``: the S
@@ -33,7 +33,9 @@ algorithm over several worlds, the same with the seeds resampled within each wor
 measured before are kept unless measured again) also holds each run's learning curve:
 the training success and blocks delivered of the sampled training episodes against env
 steps per seed, the mean over seeds with a 95% bootstrap band, drawn per world in
-``rl_seeds_<world>.png`` beside it. ``--doc`` renders the table into docs/baselines.md.
+``rl_seeds_<world>.png`` beside it. It scores each run on the layouts it trained on, with
+its own budget: a tool for comparing recipes while tuning. Benchmark scores are
+``cube-jax bench run`` entries on held-out layouts (docs/benchmark.md).
 """
 from __future__ import annotations
 
@@ -57,7 +59,6 @@ ROOT = Path(__file__).resolve().parents[1]
 
 SCRIPT = "benchmarks/rl_seeds.py"
 JSON_REL = "benchmarks/results/rl_seeds.json"
-DOC = ROOT / "docs" / "baselines.md"
 DEFAULT_OUT = ROOT / "runs" / "rl_seeds"
 QUICK_OUT = ROOT / "runs" / "rl_seeds-quick"
 TARGET = 0.9  # the greedy success a seed needs to count as having learned its world
@@ -122,8 +123,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     parser.add_argument("--out", type=Path, default=None, help=f"the run folders (default {DEFAULT_OUT.relative_to(ROOT)}; "
                         f"--quick: {QUICK_OUT.relative_to(ROOT)})")
     parser.add_argument("--json", type=Path, default=None, help=f"the results (default {JSON_REL}; --quick: <out>/rl_seeds.json)")
-    parser.add_argument("--doc", action="store_true", help="render the table into docs/baselines.md")
-    parser.add_argument("--render-only", action="store_true", help="train nothing: figures (and --doc) from the JSON")
+    parser.add_argument("--render-only", action="store_true", help="train nothing: figures and table from the JSON")
     args = parser.parse_args(argv)
 
     args.algos = _names(parser, "--algos", args.algos, DEFAULT_ALGOS, ALGOS)
@@ -140,10 +140,6 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         budgets[world] = steps
     args.budgets = budgets
     args.sets = _sets(parser, args.sets)
-    if args.quick and args.doc:
-        parser.error("--doc: a --quick run is a smoke run; its figures do not go into the docs")
-    if args.doc and args.json is not None and args.json.resolve() != (ROOT / JSON_REL).resolve():
-        parser.error(f"--doc renders {JSON_REL}; it cannot be combined with --json {args.json}")
     if args.out is None:
         args.out = QUICK_OUT if args.quick else DEFAULT_OUT
     args.out = args.out.resolve()
@@ -637,11 +633,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"wrote {_shown(args.json)}", flush=True)
     for path in plot_curves(data, args.json.parent):
         print(f"wrote {_shown(path)}", flush=True)
-    if args.doc:
-        from bench_common import write_generated
-
-        write_generated(DOC, SCRIPT, JSON_REL)
-        print(f"wrote the table of {_shown(DOC)}", flush=True)
     print(render(data))
     if failed:
         print(f"failed: {', '.join(failed)}", file=sys.stderr)

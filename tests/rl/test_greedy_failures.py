@@ -52,7 +52,6 @@ def test_a_team_that_never_moves_is_frozen_for_the_whole_episode_and_a_random_on
 @pytest.mark.parametrize("argv, message", [
     (["--episodes", "0"], "--episodes must be at least 1, got 0"),
     (["--frozen-steps", "0"], "--frozen-steps must be at least 1, got 0"),
-    (["--doc", "--json", "/tmp/elsewhere.json"], "--doc renders benchmarks/results/greedy_failures.json"),
     (["/nonexistent/run"], "/nonexistent/run: not a finished run folder with a checkpoint"),
 ])
 def test_bad_input_exits_naming_the_argument(argv, message, capsys):

@@ -77,10 +77,10 @@ def test_curriculum_override_and_make_kwargs():
 
 def test_observation_forms_are_the_cores():
     choices = C.Config.model_fields["env"].annotation.model_fields["observation"].annotation.__args__
-    assert set(choices) == set(OBSERVATION_FORM_NAMES) == {"vector", "egocentric", "grid"}
-    for form in ("vector", "egocentric", "grid"):
+    assert set(choices) == set(OBSERVATION_FORM_NAMES) == {"vector", "egocentric", "egocentric_noid", "grid"}
+    for form in ("vector", "egocentric", "egocentric_noid", "grid"):
         assert C.build("ippo", overrides=[f"env.observation={form}"]).env.observation == form
-    with pytest.raises(C.ConfigError, match="env.observation must be 'vector', 'egocentric' or 'grid', got 'pixels'"):
+    with pytest.raises(C.ConfigError, match="env.observation must be 'vector', 'egocentric', 'egocentric_noid' or 'grid', got 'pixels'"):
         C.build("ippo", overrides=["env.observation=pixels"])
 
 

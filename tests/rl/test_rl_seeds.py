@@ -152,7 +152,6 @@ def test_a_new_measurement_replaces_its_own_run_and_keeps_the_others():
     (["--budget", "moon=5"], "--budget 'moon=5': unknown world 'moon'"),
     (["--worlds", "easy", "--budget", "hard=5000000"], "--budget 'hard=5000000': world 'hard' is not among --worlds"),
     (["--worlds", "easy", "--algos", "ippo", "--budget", "easy=100"], "--budget easy=100: ippo cannot run it"),
-    (["--quick", "--doc"], "--doc: a --quick run is a smoke run"),
     (["--set", "train.ent_coef_final"], "--set 'train.ent_coef_final': override 'train.ent_coef_final': expected key=value"),
     (["--set", "num_seeds=3"], "--set 'num_seeds=3': num_seeds is set by this script; choose it with --seeds"),
     (["--set", "env.n=4"], "--set 'env.n=4': env.n is set by this script; choose it with --worlds"),
