@@ -20,11 +20,11 @@ kind names its loader by entry point (:data:`POLICY_LOADER`, ``"module:function"
 jumanji's registration names an environment) and imports it only when a checkpoint is read.
 
 >>> [k.name for k in kinds() if k.batched is not None]
-['heuristic', 'random', 'policy']
+['heuristic', 'random', 'policy', 'builtin']
 >>> get("llm").read_argument("qwen@http://127.0.0.1:8001/v1")
 {'model': 'qwen', 'base_url': 'http://127.0.0.1:8001/v1'}
 >>> names(), names(provided=["llm"])
-(('heuristic', 'team', 'negotiator', 'random', 'policy'), ('heuristic', 'team', 'negotiator', 'random', 'policy', 'llm'))
+(('heuristic', 'team', 'negotiator', 'random', 'policy', 'builtin'), ('heuristic', 'team', 'negotiator', 'random', 'policy', 'builtin', 'llm'))
 """
 from __future__ import annotations
 
@@ -255,6 +255,30 @@ def _one_line(err: BaseException) -> str:
     return excerpt(" ".join(str(err).split()), 400, fit=True)
 
 
+# builtin.path(name) -> the checkpoint folder of a policy shipped in the package
+BUILTIN_PATH = "cube_jax.rl.builtin:path"
+BUILTIN_NAMES = "cube_jax.rl.builtin:names"
+
+
+def _read_builtin_argument(text: str) -> Dict[str, Any]:
+    name = read_text(text)
+    shipped = pkgutil.resolve_name(BUILTIN_NAMES)()
+    if name not in shipped:
+        raise ValueError(f"no built-in policy {_shown(name)}; the package ships {', '.join(shipped) or 'none'}")
+    return {"name": name}
+
+
+def builtin_policy(env: CubeEnv, member: Member) -> BatchedPolicy:
+    """A policy shipped in the package (``builtin:NAME``) as a greedy batched policy on ``env``'s world."""
+    name = member.option("name")
+    load_policy = pkgutil.resolve_name(POLICY_LOADER)
+    try:
+        folder = pkgutil.resolve_name(BUILTIN_PATH)(name)
+        return load_policy(folder).for_world(env, name=f"builtin:{name}")
+    except (FileNotFoundError, ValueError) as err:
+        raise ValueError(_one_line(err)) from None
+
+
 def _policy_agents_of(batched: Batched) -> Build:
     def build(env: CubeEnv, member: Member, ids: Sequence[int]) -> List[Agent]:
         return policy_agents(batched(env, member), len(ids), kind=member.kind)  # one shared policy run
@@ -308,6 +332,12 @@ register(AgentKind("policy", "a trained RL policy acting greedily, one primitive
                    argument="checkpoint folder",
                    argument_required=True, read_argument=_read_checkpoint_argument,
                    options=(Option("checkpoint", "the checkpoint folder", read_text),), check=checkpoint_policy))
+register(AgentKind("builtin", "a trained RL policy shipped in the package, acting greedily (cube_jax/rl/builtin: "
+                              "each with a card naming its benchmark entry)",
+                   build=_policy_agents_of(builtin_policy), batched=builtin_policy, argument="name",
+                   argument_required=True, read_argument=_read_builtin_argument,
+                   options=(Option("name", "the shipped policy's name", lambda v: _read_builtin_argument(v)["name"]),),
+                   check=builtin_policy))
 register(AgentKind("llm", "a language model behind an OpenAI-compatible server (default model and server: "
                           "--model, --base-url)",
                    build=imported("cube_jax.llm.factory:llm_agents"),
@@ -316,5 +346,6 @@ register(AgentKind("llm", "a language model behind an OpenAI-compatible server (
 register(AgentKind("human", "a person playing from the web app's page", built_by="cube-jax serve"))
 
 
-__all__ = ["AgentKind", "MODEL_OPTIONS", "Member", "Option", "POLICY_LOADER", "checkpoint_policy", "get", "imported",
+__all__ = ["AgentKind", "BUILTIN_PATH", "MODEL_OPTIONS", "Member", "Option", "POLICY_LOADER", "builtin_policy",
+           "checkpoint_policy", "get", "imported",
            "kinds", "names", "register"]

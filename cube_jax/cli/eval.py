@@ -54,7 +54,8 @@ def add_parser(commands) -> argparse.ArgumentParser:
                     "policy, else the CPU episode loop); prints a summary table.",
     )
     who = ev.add_mutually_exclusive_group(required=True)
-    who.add_argument("--policy", help="heuristic, random, or a checkpoint folder of an RL baseline")
+    who.add_argument("--policy", help="heuristic, random, a checkpoint folder of an RL baseline, or builtin:NAME "
+                                      "(a policy shipped in the package)")
     who.add_argument("--team", help="one member per agent, comma-separated: heuristic, team, random, "
                                     "policy:<checkpoint> (a single member applies to every agent)")
     who.add_argument("--team-file", type=Path, help="a YAML or JSON file listing the members (see cube_jax.teams)")
@@ -129,6 +130,14 @@ def _setup(parser, args):
             if not world:
                 parser.error(f"argument --policy: {args.policy} needs a world: give --n N or --scenario NAME")
             kwargs, spec = dict(world), args.policy
+        elif args.policy.startswith("builtin:"):  # a policy shipped in the package
+            from cube_jax.rl import builtin
+
+            try:
+                folder = builtin.path(args.policy.split(":", 1)[1])
+            except ValueError as err:
+                parser.error(f"argument --policy: {err}")
+            kwargs, spec = _checkpoint_world(parser, args, folder, world), args.policy
         else:
             kwargs, spec = _checkpoint_world(parser, args, Path(args.policy), world), f"policy:{args.policy}"
         option = "--policy"
