@@ -88,14 +88,19 @@ def write_generated(doc, script: str, json_path: str) -> None:
     doc.write_text(pattern.sub(lambda _: f"{start}\n{body}{END_MARKER}", text), encoding="utf-8")
 
 
-def save_results(data: dict, out, render, doc=None, script: str = "") -> None:
+def save_results(data: dict, out, render, doc=None, script: str = "", missing_ok: bool = False) -> None:
     """Prints ``render(data)``, writes ``data`` as JSON to ``out`` and, when ``doc`` is given,
-    rewrites that doc's generated block of (``script``, ``out``) from it."""
+    rewrites that doc's generated block of (``script``, ``out``) from it. With ``missing_ok``,
+    a doc that shows no block for this JSON is left as it is (said, not an error)."""
     out = Path(out)
     print(render(data))
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(data, indent=2))
     print(f"wrote {out}")
     if doc is not None:
-        write_generated(doc, script, str(out.resolve().relative_to(ROOT)))
+        json_path = str(out.resolve().relative_to(ROOT))
+        if missing_ok and start_marker(script, json_path) not in Path(doc).read_text(encoding="utf-8"):
+            print(f"{doc} shows no block of {json_path}: not rewritten")
+            return
+        write_generated(doc, script, json_path)
         print(f"rewrote the generated block of {doc}")

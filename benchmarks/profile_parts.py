@@ -36,11 +36,12 @@ whatever cores the process may use (pin it for figures that compare: ``taskset -
         --out benchmarks/results/profile_thunks.json --doc
 
     taskset -c 0 env XLA_FLAGS=--xla_cpu_multi_thread_eigen=false python benchmarks/profile_parts.py \\
-        --before benchmarks/results/profile_parts_before.json --doc
+        --before ../before/benchmarks/results/profile_parts.json
 
 ``--before`` takes the JSON of the same script run on an earlier checkout (for example a
 ``git worktree`` of the earlier commit, run with ``PYTHONPATH`` pointing at it) and shows
-both; ``--doc`` rewrites the generated block of ``docs/performance.md``.
+both; ``--doc`` rewrites the block of ``docs/performance.md`` rendered from ``--out``'s JSON,
+if the doc shows one.
 """
 from __future__ import annotations
 
@@ -455,7 +456,8 @@ def main(argv=None) -> int:
     parser.add_argument("--seeds", type=int, default=4, help="update only: seeds of the per-seed rows (default 4)")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     parser.add_argument("--before", type=Path, help="this script's JSON from an earlier checkout")
-    parser.add_argument("--doc", action="store_true", help="rewrite the generated block of docs/performance.md")
+    parser.add_argument("--doc", action="store_true", help="rewrite the generated block of docs/performance.md "
+                        "(if it shows one of --out)")
     args = parser.parse_args(argv)
     sections = [s.strip() for s in args.sections.split(",") if s.strip()]
     unknown = sorted(set(sections) - {"step", "observe", "update", "shuffle", "thunks"})
@@ -499,7 +501,7 @@ def main(argv=None) -> int:
         data["before"] = before
     from bench_common import save_results
 
-    save_results(data, args.out, render, DOC if args.doc else None, SCRIPT)
+    save_results(data, args.out, render, DOC if args.doc else None, SCRIPT, missing_ok=True)
     return 0
 
 

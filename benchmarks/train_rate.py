@@ -109,7 +109,8 @@ def main(argv=None) -> int:
                         help="a config override of every run (repeatable)")
     parser.add_argument("--before-root", type=Path, help="an earlier checkout, run alternately with this one")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
-    parser.add_argument("--doc", action="store_true", help="rewrite the generated block of docs/performance.md")
+    parser.add_argument("--doc", action="store_true", help="rewrite the generated block of docs/performance.md "
+                        "(if it shows one of --out)")
     args = parser.parse_args(argv)
     if args.pairs < 1 or args.steps < 1:
         parser.error("--pairs and --steps must be at least 1")
@@ -133,7 +134,7 @@ def main(argv=None) -> int:
                 data["runs"].append(run)
                 print(f"  pair {i + 1}/{args.pairs}, {label}: median {run['median']:,.0f} env-steps/s over "
                       f"{len(run['chunk_rates'])} chunks, whole run {run['whole_run']:,.0f}", flush=True)
-    save_results(data, args.out, render, DOC if args.doc else None, SCRIPT)
+    save_results(data, args.out, render, DOC if args.doc else None, SCRIPT, missing_ok=True)
     return 0
 
 
