@@ -30,6 +30,7 @@ EXPECTED = {
     "docs/browser.md": {"benchmarks/web_browser.py"},
     "docs/performance.md": {"benchmarks/throughput.py", "benchmarks/profile_parts.py", "benchmarks/train_rate.py"},
     "docs/baselines.md": {"benchmarks/baselines_report.py", "benchmarks/rl_seeds.py", "benchmarks/greedy_failures.py"},
+    "docs/jaxmarl.md": {"benchmarks/jaxmarl_throughput.py"},
 }
 
 
