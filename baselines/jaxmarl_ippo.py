@@ -293,11 +293,12 @@ def main(argv=None):
     metrics = jax.tree.map(np.asarray, out["metrics"])  # each [NUM_SEEDS, NUM_UPDATES]
     tail = slice(-max(updates // 10, 1), None)  # the last tenth of the updates
     count = metrics["finished_episodes"][:, tail]
-    last = (metrics["returned_episode_returns"][:, tail] * count).sum(1) / np.maximum(count.sum(1), 1)
+    last = [f"{(r * c).sum() / c.sum():+.3f}" if c.sum() else "no episode finished"
+            for r, c in zip(metrics["returned_episode_returns"][:, tail], count)]
     steps = updates * config["NUM_STEPS"] * config["NUM_ENVS"] * config["NUM_SEEDS"]
     print(f"{config['ENV_NAME']}: {steps:,} env steps in {seconds:.0f} s (compile included, "
           f"{steps / seconds:,.0f} env-steps/s); mean return of the episodes finished in the last tenth "
-          f"of the updates, per seed: {', '.join(f'{r:+.3f}' for r in last)}")
+          f"of the updates, per seed: {', '.join(last)}")
     return out
 
 if __name__ == "__main__":

@@ -317,6 +317,7 @@ def test_the_jaxmarl_ippo_script_trains_two_updates_with_finite_losses(capsys):
     assert "update 1 (32 env steps per seed): no episode finished" in printed
     assert "update 2 (64 env steps per seed)" in printed
     assert "easy: 64 env steps in" in printed
+    assert printed.rstrip().endswith("of the updates, per seed: no episode finished")  # 100-step episodes
 
 
 def test_the_ippo_scripts_only_cube_specific_line_builds_the_env():
