@@ -28,6 +28,7 @@ EXPECTED = {
     "docs/analytics.md": {"benchmarks/analytics_planners.py", "benchmarks/analytics_speed.py"},
     "docs/browser.md": {"benchmarks/web_browser.py"},
     "docs/performance.md": {"benchmarks/throughput.py", "benchmarks/profile_parts.py", "benchmarks/train_rate.py"},
+    "docs/jaxmarl.md": {"benchmarks/jaxmarl_throughput.py"},
 }
 
 
