@@ -33,7 +33,8 @@ else is a spec of :func:`cube_jax.make`: a scenario name, path or
 arguments alone (``make_jaxmarl(n=4)``), or a built :class:`~cube_jax.core.env.CubeEnv`.
 
 **Observations** are the core's per-agent forms (``observation="vector"``, the default and
-the IPPO preset's; ``"egocentric"`` with ``view_radius``; ``"grid"``), ``Box`` spaces with the
+the IPPO preset's; ``"egocentric"`` and ``"egocentric_noid"`` with ``view_radius``; ``"grid"``),
+``Box`` spaces with the
 bounds the form declares; actions are ``Discrete(5)`` (STAY, UP, DOWN, LEFT, RIGHT). Rewards
 are the papers' team reward, the same for every agent.
 
@@ -62,7 +63,7 @@ try:
 except ModuleNotFoundError as err:
     missing = (err.name or "jaxmarl").split(".")[0]  # jaxmarl, or a package of its own that is missing
     raise ImportError(f"cube_jax.adapters.jaxmarl needs the jaxmarl package (no module named {missing!r}): "
-                      "pip install 'cube-jax[jaxmarl]'") from None
+                      "pip install 'cube_jax[jaxmarl]'") from None
 finally:
     # jaxmarl.environments (0.2.0) sets sys.stdout and sys.stderr to the process's own streams
     # while it imports (its mabrax module), which would undo a caller's redirection or capture

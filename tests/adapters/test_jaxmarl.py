@@ -266,7 +266,7 @@ def test_the_adapters_do_not_import_jaxmarl_and_a_missing_jaxmarl_names_the_extr
     done = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, timeout=300, env=env, cwd=ROOT)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == ("cube_jax.adapters.jaxmarl needs the jaxmarl package (no module named 'jaxmarl'): "
-                                   "pip install 'cube-jax[jaxmarl]'")
+                                   "pip install 'cube_jax[jaxmarl]'")
 
 
 def test_make_jaxmarl_takes_make_specs_and_refuses_what_a_task_fixes():
