@@ -212,12 +212,18 @@ def build(
         layers.set(key, value, where)
     resume = layers.tree["output"]["resume"]
     if resume is not None:
-        # A resumed run continues with its own saved config; the command line may still change values.
+        # A resumed run continues with its own saved config; the command line may change only
+        # what does not make it another run (the budget, when to stop, outputs, logging).
         saved = _resumed_config_file(resume)
         layers = _Layers(algo)
         layers.apply(load_yaml(saved), str(saved))
+        before = layers.validate()
+        if before.algo != algo:
+            raise ConfigError(f"output.resume={str(resume)!r}: that run trained algo={before.algo}, this command "
+                              f"trains {algo}; resume it with baselines/{before.algo}.py")
         for where, key, value in parsed:
             layers.set(key, value, where)
+        _check_resumed(resume, before, layers.validate())
     config = layers.validate()
     if config.train.init_from is not None and config.output.resume is None:
         _check_init_from(config)
@@ -234,6 +240,36 @@ def _check_init_from(config: Config) -> None:
                          config.train.init_from, config.env.view_radius)
     except TransferError as err:
         raise ConfigError(str(err)) from None
+
+
+# What a resumed run's command line may change: the budget, when to stop, the devices it runs
+# on, its outputs, logging and evaluation (and train.init_from, which a resumed run does not
+# read: it continues its own checkpoint). Anything else would make it another run.
+RESUMABLE_CHANGES = ("train.init_from", "train.total_timesteps", "train.max_seconds", "train.target_success", "train.target_check_every",
+                     "train.stall_seconds", "train.updates_per_call", "train.cpu_devices", "train.num_devices",
+                     "train.seed_axis", "output.", "logger.", "eval.", "distributed.")
+
+
+def _flat(tree: Dict[str, Any], prefix: str = "") -> Dict[str, Any]:
+    out: Dict[str, Any] = {}
+    for key, value in tree.items():
+        if isinstance(value, dict):
+            out.update(_flat(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def _check_resumed(resume, before: Config, after: Config) -> None:
+    """ConfigError naming every key the command line changes that a resumed run must keep."""
+    old, new = _flat(before.model_dump()), _flat(after.model_dump())
+    changed = [k for k in new if old.get(k) != new[k]
+               and not any(k == r or (r.endswith(".") and k.startswith(r)) for r in RESUMABLE_CHANGES)]
+    if changed:
+        shown = ", ".join(f"{k}: {old.get(k)!r} -> {new[k]!r}" for k in changed[:6])
+        raise ConfigError(f"output.resume={str(resume)!r}: the run was trained with another config ({shown}); a "
+                          "resumed run keeps its config but for the budget, stopping, devices, outputs, logging and "
+                          "evaluation: start a new run (or train.init_from) to change it")
 
 
 def _resumed_config_file(resume) -> Path:

@@ -229,7 +229,7 @@ def test_resume_loads_the_saved_config_and_reapplies_the_command_line(tmp_path):
     run.mkdir()
     saved = C.build("mappo", overrides=["env.scenario=hard", "train.lr=0.01", "num_seeds=2"])
     (run / "config.yaml").write_text(yaml.safe_dump(saved.model_dump(), sort_keys=False))
-    cfg = C.build("ippo", overrides=[f"output.resume={run / 'checkpoint'}", "train.total_timesteps=4000000"])
+    cfg = C.build("mappo", overrides=[f"output.resume={run / 'checkpoint'}", "train.total_timesteps=4000000"])
     assert cfg.algo == "mappo" and cfg.env.scenario == "hard" and cfg.num_seeds == 2  # the run's own config
     assert cfg.train.lr == 0.01
     assert cfg.train.total_timesteps == 4_000_000  # the command line still applies
@@ -238,9 +238,9 @@ def test_resume_loads_the_saved_config_and_reapplies_the_command_line(tmp_path):
     assert C.build("mappo", overrides=[f"output.resume={run}"]).model_dump() == (
         saved.model_dump() | {"output": saved.output.model_dump() | {"resume": str(run)}}
     )
-    (run / "config.yaml").write_text("train:\n  lr: -1\n")
+    (run / "config.yaml").write_text("algo: mappo\ntrain:\n  lr: -1\n")
     with pytest.raises(C.ConfigError, match=r"run/config\.yaml: train\.lr must be greater than or equal to 0"):
-        C.build("ippo", overrides=[f"output.resume={run}"])
+        C.build("mappo", overrides=[f"output.resume={run}"])
     with pytest.raises(C.ConfigError, match=r"output.resume='.*nowhere': no config.yaml in run folder"):
         C.build("ippo", overrides=[f"output.resume={tmp_path / 'nowhere'}"])
 
@@ -282,3 +282,17 @@ def test_cpu_devices_leave_an_explicit_host_device_count_and_started_backends_al
 
     jax.numpy.zeros(1).block_until_ready()  # this process's backends are started
     assert configure_cpu_devices(cfg) is None
+
+
+def test_a_resume_keeps_the_runs_config_and_names_what_a_command_would_change(tmp_path):
+    import yaml
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.yaml").write_text(yaml.safe_dump(C.build("ippo", overrides=["network.hidden=32"]).model_dump()))
+    resumed = C.build("ippo", overrides=[f"output.resume={run}", "train.total_timesteps=4000000", "logger.tensorboard=true"])
+    assert resumed.network.hidden == 32 and resumed.train.total_timesteps == 4_000_000
+    with pytest.raises(C.ConfigError, match=r"another config \(network.hidden: 32 -> 128, train.lr: .*start a new run"):
+        C.build("ippo", overrides=[f"output.resume={run}", "network.hidden=128", "train.lr=0.1"])
+    with pytest.raises(C.ConfigError, match="that run trained algo=ippo, this command trains mappo"):
+        C.build("mappo", overrides=[f"output.resume={run}"])
