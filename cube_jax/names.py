@@ -77,6 +77,15 @@ STAGES = tuple(stage.value for stage in Stage)
 LLM_PURPOSES = tuple(purpose.value for purpose in Purpose)
 # Negotiation purposes: the reply chooses one block (or none).
 CHOICE_PURPOSES = (Purpose.PROPOSAL.value, Purpose.COMMITMENT.value)
+# How a language agent asks for its reply (the ``reply_mode`` of trace ``llm`` records): with
+# the JSON schema as ``response_format``, as the arguments of one forced function tool, or in
+# the prompt alone.
+REPLY_MODES = ("schema", "tools", "text")
+# What a reasoning model may be told to spend (``reasoning_effort``), and how an agent's past
+# reasoning is sent back with its earlier replies: not at all, inside the reply's content
+# (``<think>...</think>``), or as the assistant message's ``reasoning_content``.
+REASONING_EFFORTS = ("low", "medium", "high")
+REASONING_HISTORIES = ("none", "inline", "field")
 
 
 # --- agents -------------------------------------------------------------------------------------------
@@ -119,5 +128,6 @@ def excerpt(text: str, limit: int = EXCERPT, *, fit: bool = False) -> str:
 
 
 __all__ = ["ACTION_NAMES", "CHOICE_PURPOSES", "DOWN", "EXCERPT", "FACE_NAMES", "LAST_ACTION", "LEFT", "LLM_PURPOSES",
-           "NUM_ACTIONS", "Purpose", "RIGHT", "STAGES", "STAY", "Stage", "UP", "action_or_stay", "actions_or_stay",
-           "agent_index", "agent_name", "agent_order", "excerpt", "is_action"]
+           "NUM_ACTIONS", "Purpose", "REASONING_EFFORTS", "REASONING_HISTORIES", "REPLY_MODES", "RIGHT", "STAGES", "STAY",
+           "Stage", "UP", "action_or_stay", "actions_or_stay", "agent_index", "agent_name", "agent_order", "excerpt",
+           "is_action"]

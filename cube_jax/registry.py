@@ -39,7 +39,7 @@ from cube_jax.agents import (Agent, BatchedPolicy, HeuristicAgent, HeuristicPoli
                              TeamBrain)
 from cube_jax.agents import policy_agents
 from cube_jax.core.env import CubeEnv
-from cube_jax.names import excerpt
+from cube_jax.names import REASONING_EFFORTS, REASONING_HISTORIES, REPLY_MODES, excerpt
 
 # The longest text value a team spec or file may give (a model name, a path, a URL).
 MAX_VALUE_CHARS = 1000
@@ -204,6 +204,22 @@ def read_positive_seconds(value: Any) -> float:
     return t
 
 
+def read_choice(choices: Sequence[str]) -> Callable[[Any], str]:
+    """The reader of a setting that is one of ``choices``."""
+    def read(value: Any) -> str:
+        if value not in choices:
+            raise ValueError(f"expected one of {', '.join(choices)}, got {_shown(value)}")
+        return value
+
+    return read
+
+
+def read_flag(value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError(f"expected true or false, got {_shown(value)}")
+    return value
+
+
 def read_token_limit(value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 10**6:
         raise ValueError(f"expected an integer in 1..1000000, got {_shown(value)}")
@@ -316,6 +332,14 @@ MODEL_OPTIONS = (
     Option("temperature", "sampling temperature, 0..2 (default: --temperature)", read_temperature),
     Option("max_tokens", "completion token limit per call (default: --max-tokens)", read_token_limit),
     Option("timeout", "seconds per HTTP request (default: --timeout)", read_positive_seconds),
+    Option("reasoning_effort", f"what a reasoning model may spend: {', '.join(REASONING_EFFORTS)} (default: "
+                               "--reasoning-effort, else not sent)", read_choice(REASONING_EFFORTS)),
+    Option("reply_mode", f"how the reply is asked for: {', '.join(REPLY_MODES)} (default: --reply-mode)",
+           read_choice(REPLY_MODES)),
+    Option("reasoning_history", f"how past reasoning is sent back: {', '.join(REASONING_HISTORIES)} (default: "
+                                "--reasoning-history)", read_choice(REASONING_HISTORIES)),
+    Option("drop_reasoning", "true: the trace keeps the reasoning's length, not its text (default: "
+                             "--drop-reasoning)", read_flag),
 )
 
 register(AgentKind("heuristic", "the cube paper's greedy planner (each agent plans for itself)",

@@ -108,6 +108,12 @@ class ModelCall:
     ``fallback``: the agent gave up after this call; ``error``: what was wrong, None when valid.
     ``server_failed``: the server itself failed (after its retries), not the reply: the
     runtime ends an episode whose server keeps failing.
+
+    What a language model's harness adds (LLM.md section 5; ``reply_mode`` None for a call
+    that has none of it): ``reasoning_tokens``, ``reasoning`` (None when there was none or it
+    was dropped), ``reasoning_chars``, ``finish_reason``, ``starved`` (an empty answer at the
+    token limit), ``reply_mode``. ``notice``: a text the trace gives once per agent as a
+    ``notice`` record (a reply mode the server refused), not part of the ``llm`` record.
     """
 
     model: Optional[str]
@@ -119,12 +125,27 @@ class ModelCall:
     fallback: bool
     error: Optional[str] = None
     server_failed: bool = False
+    reasoning_tokens: int = 0
+    reasoning: Optional[str] = None
+    reasoning_chars: int = 0
+    finish_reason: Optional[str] = None
+    starved: bool = False
+    reply_mode: Optional[str] = None
+    notice: Optional[str] = None
 
     def to_dict(self) -> Dict[str, Any]:
-        """The trace ``llm`` record's fields of this call."""
+        """The trace ``llm`` record's fields of this call (the reasoning and reply-mode keys
+        only where they apply: a call with a ``reply_mode``)."""
         out = dataclasses.asdict(self)
-        del out["server_failed"]
+        del out["server_failed"], out["notice"]
+        if self.reply_mode is None:
+            for key in _HARNESS_KEYS:
+                del out[key]
         return out
+
+
+# The keys of an ``llm`` record that only a language model's harness gives.
+_HARNESS_KEYS = ("reasoning_tokens", "reasoning", "reasoning_chars", "finish_reason", "starved", "reply_mode")
 
 
 class CallLedger(Protocol):

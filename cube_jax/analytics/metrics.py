@@ -19,6 +19,10 @@ least 1):
   spec is shared by two).
 - ``C_<c>_ratio``: over consecutive step records and the faces of blocks not yet delivered,
   \\|faces whose c-count rose\\| / (\\|rose\\| + \\|fell\\|), 0.5 when nothing changed.
+- Cost: besides section 6's sums and rates (``invalid_reply_rate`` leaves starved replies
+  out, ``starved_rate`` counts them), ``tokens_per_decision``: prompt and completion tokens
+  (reasoning tokens are part of the completion tokens) over the decisions that asked a
+  model, a decision being the calls up to one that is valid or falls back.
 - Negotiation, all 0 when the trace has no ``negotiation`` record: ``negotiations``
   (rooms), ``room_size_avg`` (members per room), ``quorum_fail_rate`` (blocks in
   ``quorum_failed`` / blocks with at least one commitment, both counted room by room and
@@ -68,7 +72,7 @@ EMCOOP_METRICS = (
     "C_participation_ratio",
 )
 COST_METRICS = ("llm_calls", "prompt_tokens", "completion_tokens", "latency_mean_s", "latency_p95_s",
-                "invalid_reply_rate", "fallbacks")
+                "invalid_reply_rate", "fallbacks", "starved_rate", "reasoning_tokens", "tokens_per_decision")
 NEGOTIATION_METRICS = ("negotiations", "room_size_avg", "quorum_fail_rate", "commit_match_rate")
 # The metrics that are numbers, averaged across episodes with an interval.
 METRICS = OUTCOME_METRICS + EMCOOP_METRICS + COST_METRICS + NEGOTIATION_METRICS
@@ -99,8 +103,8 @@ EMCOOP_LEGEND = {
 
 # Metrics whose values lie in [0, 1] by definition.
 RATIO_METRICS = ("success", "P_res_rate", "P_re_rate", "P_coherence", "C_spatial_ratio", "C_temporal_ratio",
-                 "C_dependency_ratio", "C_participation_ratio", "invalid_reply_rate", "quorum_fail_rate",
-                 "commit_match_rate")
+                 "C_dependency_ratio", "C_participation_ratio", "invalid_reply_rate", "starved_rate",
+                 "quorum_fail_rate", "commit_match_rate")
 
 DECIDING = frozenset(("R", "I"))
 DECISION_STAGES = frozenset((Stage.REASONING.value, Stage.WAITING.value, Stage.INTERRUPTED.value))  # what D_delta counts
@@ -376,16 +380,24 @@ class _ConstraintChanges:
 def _cost(calls: list) -> Dict[str, object]:
     if not calls:
         return {"llm_calls": 0, "prompt_tokens": 0, "completion_tokens": 0, "latency_mean_s": 0.0,
-                "latency_p95_s": 0.0, "invalid_reply_rate": 0.0, "fallbacks": 0}
+                "latency_p95_s": 0.0, "invalid_reply_rate": 0.0, "fallbacks": 0, "starved_rate": 0.0,
+                "reasoning_tokens": 0, "tokens_per_decision": 0.0}
     latencies = np.array([call.latency_s for call in calls])
+    tokens = sum(call.prompt_tokens + call.completion_tokens for call in calls)
+    # a decision's calls end with a valid reply or a fallback (a cancelled call ends none)
+    decisions = sum(call.valid or call.fallback for call in calls)
     return {
         "llm_calls": len(calls),
         "prompt_tokens": sum(call.prompt_tokens for call in calls),
         "completion_tokens": sum(call.completion_tokens for call in calls),
         "latency_mean_s": float(latencies.mean()),
         "latency_p95_s": float(np.percentile(latencies, 95)),
-        "invalid_reply_rate": sum(not call.valid for call in calls) / len(calls),
+        # a starved reply (no answer at the token limit) is not a bad one: starved_rate counts it
+        "invalid_reply_rate": sum(not call.valid and not call.starved for call in calls) / len(calls),
         "fallbacks": sum(call.fallback for call in calls),
+        "starved_rate": sum(call.starved for call in calls) / len(calls),
+        "reasoning_tokens": sum(call.reasoning_tokens for call in calls),
+        "tokens_per_decision": tokens / decisions if decisions else 0.0,
     }
 
 

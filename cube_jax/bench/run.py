@@ -61,6 +61,9 @@ from cube_jax.rl import algorithms
 log = logging.getLogger(__name__)
 
 ALGORITHMS = algorithms.NAMES  # the learners bench run trains
+# What a language agent's episode costs, summed per task and in the provenance (reasoning
+# tokens are part of the completion tokens; entries made before they were kept count 0).
+TOKEN_COUNTS = ("model_calls", "prompt_tokens", "completion_tokens", "reasoning_tokens")
 
 
 # --- what plays --------------------------------------------------------------------------------------
@@ -134,7 +137,10 @@ class Contender:
             out.append({"member": part, "model": MODEL_NAME if local else model,
                         "server_host": "127.0.0.1 (the packaged local model)" if local else urlparse(url or "").netloc,
                         "temperature": member.option("temperature", self.model_defaults.get("temperature")),
-                        "max_tokens": member.option("max_tokens", self.model_defaults.get("max_tokens"))})
+                        "max_tokens": member.option("max_tokens", self.model_defaults.get("max_tokens")),
+                        # reasoning models and reply modes, where they are not the defaults
+                        **{k: v for k, default in (("reasoning_effort", None), ("reply_mode", "schema"))
+                           if (v := member.option(k, self.model_defaults.get(k, default))) != default}})
         return out
 
 
@@ -235,7 +241,7 @@ def play_in_loop(t: suite.Task, contender: Contender, members: Sequence[Member],
                     record["end_reason"] = result.reason
                 if uses_llm:
                     record.update(model_calls=result.model_calls, prompt_tokens=result.prompt_tokens,
-                                  completion_tokens=result.completion_tokens,
+                                  completion_tokens=result.completion_tokens, reasoning_tokens=result.reasoning_tokens,
                                   trace=f"{entries.TRACES_DIR}/{t.name}/episode-{s:03d}.jsonl")
                 entries.write_json(folder / f"episode-{s:03d}.json", record)
                 bar.update(1)
@@ -334,7 +340,7 @@ class Runner:
         prov["wall_seconds"] = round(prov.get("wall_seconds", 0.0) + time.perf_counter() - t0, 2)
         if "tokens" in entry["tasks"][t.name]:
             prov["tokens"] = {k: sum(r.get("tokens", {}).get(k, 0) for r in entry["tasks"].values())
-                              for k in ("model_calls", "prompt_tokens", "completion_tokens")}
+                              for k in TOKEN_COUNTS}
         if "gif" not in entry:
             self.folder.write_gif(entry)
         self.folder.move_traces(t)
@@ -347,8 +353,7 @@ class Runner:
                   "aggregates": entries.aggregates(episodes, learns)}
         tokens = [e for e in episodes if "model_calls" in e]
         if tokens:
-            record["tokens"] = {k: int(sum(e[k] for e in tokens))
-                                for k in ("model_calls", "prompt_tokens", "completion_tokens")}
+            record["tokens"] = {k: int(sum(e.get(k, 0) for e in tokens)) for k in TOKEN_COUNTS}
         return record
 
     # -- playing one task ------------------------------------------------------------------------------

@@ -112,7 +112,8 @@ def add_team_arguments(p: argparse.ArgumentParser, default: str) -> None:
                                                    f"to every agent): {listed} (default: {default})")
     team.add_argument("--team-file", type=Path, default=None,
                       help="a YAML or JSON file listing the members, each a --team entry or a mapping of kind and "
-                           "its settings (llm: model, base_url, api_key_env, temperature, max_tokens, timeout)")
+                           "its settings (llm: model, base_url, api_key_env, temperature, max_tokens, timeout, "
+                           "reasoning_effort, reply_mode, reasoning_history, drop_reasoning)")
 
 
 def read_members(parser: argparse.ArgumentParser, args, num_agents: int, kinds, default: str):
@@ -157,6 +158,35 @@ def add_model_arguments(group) -> None:
                        help="--model local: the port of its server on 127.0.0.1 (default 0: a free one)")
     group.add_argument("--local-threads", type=thread_count, default=1,
                        help="--model local: CPU threads of its server (default 1, fastest on a busy 2-core machine)")
+    _add_reasoning_arguments(group)
+
+
+def _add_reasoning_arguments(group) -> None:
+    """Reasoning models and reply modes (a team file's llm members may set each for
+    themselves: reasoning_effort, reply_mode, reasoning_history, drop_reasoning)."""
+    from cube_jax.names import REASONING_EFFORTS, REASONING_HISTORIES, REPLY_MODES
+
+    group.add_argument("--reply-mode", choices=REPLY_MODES, default="schema",
+                       help="how replies are asked for: schema (response_format with the JSON schema, the default), "
+                            "tools (one forced function tool whose parameters are the schema) or text (the prompt "
+                            "alone); a server that refuses a mode is asked in the next (schema, tools, text; tools, "
+                            "schema, text)")
+    group.add_argument("--reasoning-effort", choices=REASONING_EFFORTS, default=None,
+                       help="reasoning models: the reasoning_effort sent with every request (default: none sent)")
+    group.add_argument("--reasoning-history", choices=REASONING_HISTORIES, default="none",
+                       help="reasoning models: how an agent's past reasoning is sent back with its earlier replies "
+                            "(repair turns): none (the default), inline (a <think> section of the content) or field "
+                            "(the assistant message's reasoning_content)")
+    group.add_argument("--drop-reasoning", action="store_true",
+                       help="reasoning models: traces keep the reasoning's length (reasoning_chars), not its text")
+
+
+def reasoning_settings(args) -> dict:
+    """The :class:`~cube_jax.llm.ModelSettings` fields of ``_add_reasoning_arguments``."""
+    return {"reasoning_effort": getattr(args, "reasoning_effort", None),
+            "reply_mode": getattr(args, "reply_mode", "schema"),
+            "reasoning_history": getattr(args, "reasoning_history", "none"),
+            "drop_reasoning": getattr(args, "drop_reasoning", False)}
 
 
 def check_world(parser: argparse.ArgumentParser, args) -> None:

@@ -24,7 +24,7 @@ import logging
 import sys
 from pathlib import Path
 
-from cube_jax.cli.args import add_model_arguments, check_writable, positive_int
+from cube_jax.cli.args import add_model_arguments, check_writable, positive_int, reasoning_settings
 from cube_jax.rl import algorithms
 
 log = logging.getLogger(__name__)
@@ -128,7 +128,8 @@ def _run(parser, args) -> int:
     from cube_jax.llm.factory import model_defaults as llm_defaults
 
     model_defaults = {**llm_defaults(args.model, args.base_url, temperature=args.temperature,
-                                     max_tokens=args.max_tokens, timeout=args.timeout, max_retries=args.retries),
+                                     max_tokens=args.max_tokens, timeout=args.timeout, max_retries=args.retries,
+                                     **reasoning_settings(args)),
                       "api_key": args.api_key, "max_repairs": args.max_repairs,
                       "local_threads": args.local_threads, "local_port": args.local_port}
     env_steps = TIERS[args.tier] if args.tier else args.env_steps

@@ -62,7 +62,8 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from cube_jax.cli.args import (add_model_arguments, add_runtime_arguments, add_team_arguments, add_topology_arguments,
                                add_world_arguments, check_seeds, check_world, check_writable, episode_limit,
-                               positive_float, positive_int, read_members, seed, team_option, world_kwargs)
+                               positive_float, positive_int, read_members, reasoning_settings, seed, team_option,
+                               world_kwargs)
 from cube_jax.cli.llm_runs import (EXCHANGES_DIR, REPLAYED, REPLAYED_SINCE, RESUMED, RESUMED_SINCE, RUN_FILE,
                                    UNFINISHED_REASONS, apply_replay, apply_resume, check_resumed, earlier_exchanges,
                                    finished, grow_world_model, open_world_model, run_settings, trace_of, versions,
@@ -320,7 +321,8 @@ def language_agents(parser: argparse.ArgumentParser, args, members, prompts, rep
     from cube_jax.llm.local import LocalServer, is_local
 
     defaults = model_defaults(args.model, args.base_url, api_key_env=None, temperature=args.temperature,
-                              max_tokens=args.max_tokens, timeout=args.timeout, max_retries=args.retries)
+                              max_tokens=args.max_tokens, timeout=args.timeout, max_retries=args.retries,
+                              **reasoning_settings(args))
     factory = LanguageAgents(ClientPool(args.api_key), defaults, prompts, args.max_repairs,
                              strategy_tips=getattr(args, "strategy_tips", False),
                              feedback=getattr(args, "feedback", False),

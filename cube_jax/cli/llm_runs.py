@@ -27,9 +27,11 @@ RUN_FILE = "run.json"
 EXCHANGES_DIR = "exchanges"
 # Settings a replay takes from the recorded run.
 REPLAYED = ("n", "scenario", "team", "topology", "budget", "episodes", "seed", "max_steps", "max_calls", "max_wall",
-            "max_repairs", "model", "max_phases", "directive_timeout")
+            "max_repairs", "model", "max_phases", "directive_timeout", "reply_mode", "reasoning_effort",
+            "reasoning_history", "drop_reasoning")
 # Of those, the ones older recordings may lack: the command's defaults stand in for them.
-REPLAYED_SINCE = ("max_phases", "directive_timeout")
+REPLAYED_SINCE = ("max_phases", "directive_timeout", "reply_mode", "reasoning_effort", "reasoning_history",
+                  "drop_reasoning")
 # What a resumed run must share with the run it continues (besides REPLAYED).
 RESUMED = REPLAYED + ("base_url", "temperature", "max_tokens", "timeout", "retries", "record", "prompts", "team_file",
                       "members", "models", "strategy_tips", "feedback", "reply_schema", "local_server",

@@ -5,7 +5,7 @@ recording and replay of model exchanges.
 The ``openai`` SDK (the ``llm`` extra) is imported by this package only, and only when a
 :class:`ModelClient` is built; the reply formats and checks need pydantic alone.
 """
-from cube_jax.llm.ask import AskOutcome, CallRecord, ask
+from cube_jax.llm.ask import AskOutcome, CallRecord, ReplyOptions, ask
 from cube_jax.llm.client import ChatModel, ClientPool, Completion, ModelClient, ModelError, ModelSettings
 from cube_jax.llm.recording import Exchange, RecordingClient, ReplayClient, ReplayMismatch, load_exchanges, request_digest
 from cube_jax.llm.replies import (
@@ -31,6 +31,7 @@ from cube_jax.llm.replies import (
     reply_example,
     reply_format,
     reply_schema,
+    split_reasoning,
 )
 
 __all__ = [
@@ -59,6 +60,7 @@ __all__ = [
     "RecordingClient",
     "ReplayClient",
     "ReplayMismatch",
+    "ReplyOptions",
     "ReplyContext",
     "ReplyMessage",
     "ask",
@@ -71,4 +73,5 @@ __all__ = [
     "reply_format",
     "reply_schema",
     "request_digest",
+    "split_reasoning",
 ]

@@ -24,7 +24,7 @@ from typing import Any, Deque, Dict, Optional
 import numpy as np
 
 from cube_jax.agents.base import Agent, Decision, DecisionContext, OutgoingMessage, Plan, Purpose, fallback_plan
-from cube_jax.llm.ask import SCHEMA_KINDS, ask
+from cube_jax.llm.ask import SCHEMA_KINDS, ReplyOptions, ask
 from cube_jax.llm.client import ChatModel
 from cube_jax.llm.prompts import PromptBook
 from cube_jax.llm.replies import ChoiceReply, InterruptReply, MessageReply, ReplyContext
@@ -37,7 +37,8 @@ class LLMAgent(Agent):
     kind = "llm"
 
     def __init__(self, client: ChatModel, prompts: Optional[PromptBook] = None, max_repairs: int = 2, *,
-                 strategy_tips: bool = False, feedback: bool = False, schema_kind: str = "state"):
+                 strategy_tips: bool = False, feedback: bool = False, schema_kind: str = "state",
+                 reply: ReplyOptions = ReplyOptions()):
         if max_repairs < 0:
             raise ValueError(f"LLMAgent: max_repairs must be >= 0, got {max_repairs!r}")
         if schema_kind not in SCHEMA_KINDS:
@@ -51,6 +52,7 @@ class LLMAgent(Agent):
         self.strategy_tips = bool(strategy_tips)
         self.feedback = bool(feedback)
         self.schema_kind = schema_kind
+        self.reply = reply  # the reply mode and what is kept of a reasoning model's thinking
         self.decisions: Deque[Dict[str, Any]] = collections.deque(maxlen=8)
         self.last_prompt = None  # the messages of the latest request (for inspection and docs)
 
@@ -71,8 +73,9 @@ class LLMAgent(Agent):
 
     def describe(self) -> Dict[str, Any]:
         """``{"kind", "model"}``, plus each prompt switch that is on (``strategy_tips``,
-        ``feedback``: true) and ``reply_schema: "plain"`` when the plain schema is used: a
-        key that is absent means the default (off, the state-aware schema)."""
+        ``feedback``: true), ``reply_schema: "plain"`` when the plain schema is used, and the
+        reply options that are not the defaults (``reply_mode``, ``reasoning_history``,
+        ``drop_reasoning``): a key that is absent means the default."""
         out: Dict[str, Any] = {"kind": self.kind, "model": self.model}
         if self.strategy_tips:
             out["strategy_tips"] = True
@@ -80,6 +83,7 @@ class LLMAgent(Agent):
             out["feedback"] = True
         if self.schema_kind != "state":
             out["reply_schema"] = self.schema_kind
+        out.update(self.reply.describe())
         return out
 
     async def decide(self, ctx: DecisionContext) -> Decision:
@@ -87,7 +91,8 @@ class LLMAgent(Agent):
                                        feedback=self.feedback)
         self.last_prompt = messages
         outcome = await ask(self.client, messages, ctx.purpose.value, self.reply_context(ctx),
-                            max_repairs=self.max_repairs, ledger=ctx.calls, schema_kind=self.schema_kind)
+                            max_repairs=self.max_repairs, ledger=ctx.calls, schema_kind=self.schema_kind,
+                            options=self.reply)
         if outcome.fallback:
             if ctx.purpose in (Purpose.PROPOSAL, Purpose.COMMITMENT):
                 decision = Decision(block=None, fallback=True, note=outcome.error)

@@ -64,11 +64,19 @@ class LanguageAgents:
                     resume_from: Optional[List[Any]] = None) -> "LanguageAgents":
         return dataclasses.replace(self, record_to=record_to, replay_from=replay_from, resume_from=resume_from)
 
+    def reply_options(self, member):
+        """The member's :class:`~cube_jax.llm.ask.ReplyOptions` (its own settings over the defaults)."""
+        from cube_jax.llm.ask import ReplyOptions
+
+        settings = self.settings(member)
+        return ReplyOptions(settings.reply_mode, settings.reasoning_history, settings.drop_reasoning)
+
     def __call__(self, env, member, ids):
         from cube_jax.llm.agent import LLMAgent
         from cube_jax.llm.recording import RecordingClient, ReplayClient
         from cube_jax.names import agent_name
 
+        reply = self.reply_options(member)
         agents = []
         for i in ids:
             if self.replay_from is not None:
@@ -80,7 +88,7 @@ class LanguageAgents:
                     client = RecordingClient(client, self.record_to, agent=agent_name(i), reuse=earlier)
             agents.append(LLMAgent(client, prompts=self.prompts, max_repairs=self.max_repairs,
                                    strategy_tips=self.strategy_tips, feedback=self.feedback,
-                                   schema_kind=self.schema_kind))
+                                   schema_kind=self.schema_kind, reply=reply))
         return agents
 
 

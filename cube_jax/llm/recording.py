@@ -11,9 +11,13 @@ line is one model call of one agent::
      "error": null}
 
 ``index`` numbers an agent's calls from 0; a failed call has ``"completion": null`` and
-``"error": {"kind", "message", "attempts", "latency_s"}``. ``request_sha256`` is the hash
-of the request (messages, schema name and schema; :func:`request_digest`). The API key is
-never part of it: the recording client does not know it.
+``"error": {"kind", "message", "attempts", "latency_s"}``. A call asked in another reply
+mode than ``schema``, or with a scaled token budget (a starved reply asked again), adds
+``"reply_mode"`` and ``"budget_scale"``; the completion of a reasoning model adds its
+``reasoning``, ``reasoning_tokens``, ``reply_mode`` and ``mode_note``. ``request_sha256``
+is the hash of the request (messages, schema name and schema, and the reply mode and
+budget scale when not the defaults; :func:`request_digest`). The API key is never part of
+it: the recording client does not know it.
 
 :class:`RecordingClient` wraps a client (one per agent, all writing to the episode's file);
 :class:`ReplayClient` serves one agent's calls from the file in order, checks that every
@@ -42,10 +46,24 @@ EXCERPT = 80
 PathLike = Union[str, Path]
 
 
-def request_digest(messages: Sequence[Mapping[str, str]], schema: Optional[Mapping[str, Any]], schema_name: str) -> str:
-    """The SHA-256 of a request (canonical JSON of messages, schema name and schema)."""
+def request_digest(messages: Sequence[Mapping[str, str]], schema: Optional[Mapping[str, Any]], schema_name: str,
+                   reply_mode: str = "schema", budget_scale: int = 1) -> str:
+    """The SHA-256 of a request (canonical JSON of messages, schema name and schema, and the
+    reply mode and budget scale where they are not the defaults, so that a recording made
+    before they existed keeps its digests)."""
     payload = {"messages": [dict(m) for m in messages], "schema_name": schema_name if schema is not None else None, "schema": schema}
+    payload.update(_call_options(reply_mode, budget_scale))
     return hashlib.sha256(json.dumps(payload, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
+
+
+def _call_options(reply_mode: str, budget_scale: int) -> Dict[str, Any]:
+    """The options of a call that are not the defaults (``complete``'s keywords)."""
+    out: Dict[str, Any] = {}
+    if reply_mode != "schema":
+        out["reply_mode"] = reply_mode
+    if budget_scale != 1:
+        out["budget_scale"] = budget_scale
+    return out
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,9 +78,11 @@ class Exchange:
     messages: List[Dict[str, str]]
     completion: Optional[Completion]
     error: Optional[ModelError]
+    reply_mode: str = "schema"
+    budget_scale: int = 1
 
     def to_json(self) -> dict:
-        return {
+        out = {
             "schema": RECORDING_SCHEMA,
             "agent": self.agent,
             "index": self.index,
@@ -70,9 +90,11 @@ class Exchange:
             "request_sha256": self.request_sha256,
             "schema_name": self.schema_name,
             "messages": self.messages,
-            "completion": None if self.completion is None else self.completion.to_dict(),
+            "completion": None if self.completion is None else _without_defaults(self.completion.to_dict()),
             "error": None if self.error is None else self.error.to_dict(),
         }
+        out.update(_call_options(self.reply_mode, self.budget_scale))
+        return out
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> "Exchange":
@@ -90,7 +112,17 @@ class Exchange:
             messages=list(data["messages"]),
             completion=None if completion is None else Completion(**completion),
             error=None if error is None else ModelError.from_dict(error),
+            reply_mode=data.get("reply_mode", "schema"),
+            budget_scale=int(data.get("budget_scale", 1)),
         )
+
+
+# A completion's keys that a recording leaves out at their defaults (older recordings lack them).
+_COMPLETION_DEFAULTS = {"reasoning": None, "reasoning_tokens": 0, "reply_mode": None, "mode_note": None}
+
+
+def _without_defaults(completion: Dict[str, Any]) -> Dict[str, Any]:
+    return {k: v for k, v in completion.items() if k not in _COMPLETION_DEFAULTS or v != _COMPLETION_DEFAULTS[k]}
 
 
 def load_exchanges(path: PathLike) -> Dict[str, List[Exchange]]:
@@ -133,33 +165,36 @@ class RecordingClient:
         return f"RecordingClient({self.inner!r}, path={str(self.path)!r}, agent={self.agent!r})"
 
     async def complete(
-        self, messages: Sequence[Mapping[str, str]], *, schema: Optional[Mapping[str, Any]] = None, schema_name: str = "reply"
+        self, messages: Sequence[Mapping[str, str]], *, schema: Optional[Mapping[str, Any]] = None, schema_name: str = "reply",
+        reply_mode: str = "schema", budget_scale: int = 1,
     ) -> Completion:
         messages = [dict(m) for m in messages]
+        options = _call_options(reply_mode, budget_scale)
         if self.reuse:
             earlier = self.reuse.pop(0)
-            if earlier.request_sha256 == request_digest(messages, schema, schema_name):
+            if earlier.request_sha256 == request_digest(messages, schema, schema_name, reply_mode, budget_scale):
                 await asyncio.sleep(0)  # as a server would, never at once
                 self.reused += 1
-                self._append(messages, schema, schema_name, earlier.completion, earlier.error)
+                self._append(messages, schema, schema_name, options, earlier.completion, earlier.error)
                 if earlier.error is not None:
                     raise ModelError.from_dict(earlier.error.to_dict())
                 return earlier.completion
             self.reuse = []  # the episode went another way: the server answers from here on
         try:
-            completion = await self.inner.complete(messages, schema=schema, schema_name=schema_name)
+            completion = await self.inner.complete(messages, schema=schema, schema_name=schema_name, **options)
         except ModelError as err:
-            self._append(messages, schema, schema_name, None, err)
+            self._append(messages, schema, schema_name, options, None, err)
             raise
-        self._append(messages, schema, schema_name, completion, None)
+        self._append(messages, schema, schema_name, options, completion, None)
         return completion
 
-    def _append(self, messages, schema, schema_name: str, completion: Optional[Completion], error: Optional[ModelError]) -> None:
+    def _append(self, messages, schema, schema_name: str, options: Dict[str, Any], completion: Optional[Completion],
+                error: Optional[ModelError]) -> None:
         # Numbered when written, so that a call cancelled midway leaves no gap.
         index, self.calls = self.calls, self.calls + 1
         exchange = Exchange(
-            self.agent, index, self.model, request_digest(messages, schema, schema_name),
-            schema_name if schema is not None else None, messages, completion, error,
+            self.agent, index, self.model, request_digest(messages, schema, schema_name, **options),
+            schema_name if schema is not None else None, messages, completion, error, **options,
         )
         self.path.parent.mkdir(parents=True, exist_ok=True)
         # One write per line, opened in append mode: lines of agents sharing the file stay whole.
@@ -198,7 +233,8 @@ class ReplayClient:
         return len(self.exchanges) - self.calls
 
     async def complete(
-        self, messages: Sequence[Mapping[str, str]], *, schema: Optional[Mapping[str, Any]] = None, schema_name: str = "reply"
+        self, messages: Sequence[Mapping[str, str]], *, schema: Optional[Mapping[str, Any]] = None, schema_name: str = "reply",
+        reply_mode: str = "schema", budget_scale: int = 1,
     ) -> Completion:
         # A reply never arrives at once from a server: yielding here lets the agents deciding
         # side by side reach their own requests first, in the same order as when recorded.
@@ -208,8 +244,9 @@ class ReplayClient:
             raise ReplayMismatch(self.agent, index, f"the recording holds only {len(self.exchanges)} call(s) for this agent")
         recorded = self.exchanges[index]
         messages = [dict(m) for m in messages]
-        if request_digest(messages, schema, schema_name) != recorded.request_sha256:
-            raise ReplayMismatch(self.agent, index, _difference(recorded, messages, schema, schema_name))
+        if request_digest(messages, schema, schema_name, reply_mode, budget_scale) != recorded.request_sha256:
+            raise ReplayMismatch(self.agent, index, _difference(recorded, messages, schema, schema_name, reply_mode,
+                                                                budget_scale))
         self.calls += 1
         if recorded.error is not None:
             raise ModelError.from_dict(recorded.error.to_dict())
@@ -222,16 +259,24 @@ def _excerpt(text: str, at: int) -> str:
     return repr(("..." if start else "") + piece + ("..." if start + EXCERPT < len(text) else ""))
 
 
-def _difference(recorded: Exchange, messages: List[Dict[str, str]], schema, schema_name: str) -> str:
+def _difference(recorded: Exchange, messages: List[Dict[str, str]], schema, schema_name: str, reply_mode: str,
+                budget_scale: int) -> str:
     now_name = schema_name if schema is not None else None
     if now_name != recorded.schema_name:
         return f"schema {now_name!r} asked, {recorded.schema_name!r} recorded"
+    if reply_mode != recorded.reply_mode:
+        return f"reply mode {reply_mode!r} asked, {recorded.reply_mode!r} recorded"
+    if budget_scale != recorded.budget_scale:
+        return f"token budget scale {budget_scale} asked, {recorded.budget_scale} recorded"
     for i, (old, new) in enumerate(zip(recorded.messages, messages)):
         if old == new:
             continue
         if old.get("role") != new.get("role"):
             return f"message {i} has role {new.get('role')!r}, recorded {old.get('role')!r}"
         a, b = str(old.get("content", "")), str(new.get("content", ""))
+        if a == b:  # another key differs (the reasoning resent with an earlier reply)
+            keys = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
+            return f"message {i} ({new.get('role')}) differs in {', '.join(keys)}"
         at = next((k for k, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
         return f"message {i} ({new.get('role')}) differs at character {at}: now {_excerpt(b, at)}, recorded {_excerpt(a, at)}"
     if len(messages) != len(recorded.messages):

@@ -186,6 +186,39 @@ def extract_json(text: str, keys: Sequence[str] = ()) -> dict:
     raise _fail(f"no JSON object found in the reply: {_excerpt(text)}")
 
 
+def split_reasoning(text: str) -> Tuple[str, str]:
+    """``(answer, reasoning)``: ``text`` without its ``<think>`` sections, and their text.
+
+    A closed ``<think>...</think>`` section is reasoning wherever it stands; so is whatever
+    comes before a ``</think>`` left without its opening tag (chat templates that open the
+    section themselves), and whatever follows a ``<think>`` that is never closed (a reply cut
+    off while thinking). A text without these tags is its own answer, as it is.
+
+    >>> split_reasoning('<think>block 1 is closest</think>\\n{"spec": "idle"}')
+    ('{"spec": "idle"}', 'block 1 is closest')
+    >>> split_reasoning("weighing block 1 against 2</think>{}"), split_reasoning("<think>still weighing")
+    (('{}', 'weighing block 1 against 2'), ('', 'still weighing'))
+    """
+    if "<think" not in text.lower() and "</think" not in text.lower():
+        return text, ""
+    parts: List[str] = []
+
+    def keep(match) -> str:
+        parts.append(match.group(0)[len("<think>"):-len("</think>")])
+        return ""
+
+    answer = _THINK.sub(keep, text)
+    closing = answer.lower().rfind("</think>")
+    if closing >= 0:
+        parts.insert(0, answer[:closing].replace("<think>", ""))
+        answer = answer[closing + len("</think>"):]
+    opening = answer.lower().find("<think>")
+    if opening >= 0:
+        parts.append(answer[opening + len("<think>"):])
+        answer = answer[:opening]
+    return answer.strip(), "\n".join(p.strip() for p in parts if p.strip())
+
+
 # --- checking a reply --------------------------------------------------------------------------
 
 

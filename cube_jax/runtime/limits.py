@@ -73,6 +73,7 @@ class CallGate:
         self.recorded = 0  # calls written to the trace
         self.prompt_tokens = 0
         self.completion_tokens = 0
+        self.reasoning_tokens = 0  # of the completion tokens, those a reasoning model thought with
         self.failures_in_row = 0
         self.closed: Optional[str] = None
         self.first_decision: Optional[float] = None
@@ -113,6 +114,7 @@ class CallGate:
         self.recorded += 1
         self.prompt_tokens += call.prompt_tokens
         self.completion_tokens += call.completion_tokens
+        self.reasoning_tokens += call.reasoning_tokens
         self.write_call(agent, purpose, call)
         if call.server_failed:
             self.failures_in_row += 1

@@ -133,6 +133,7 @@ class Episode:
             return await self._play()
 
     def _setup(self) -> EpisodeState:
+        self._noticed = set()  # the agents whose notice the trace already gives
         recorder = Recorder(self.trace, self.on_record)
         gate = CallGate(self.limits, len(self.slots), self._write_call)
         mailbox = Mailbox(self.slots, recorder, self.topology.receive_cap())
@@ -206,10 +207,13 @@ class Episode:
             raise EpisodeEnded(self.es.gate.wall_reason()) from None
 
     def _write_call(self, agent: int, purpose: str, call: ModelCall) -> None:
-        self.es.recorder.write("llm", agent=self.slots[agent].name, purpose=purpose, model=call.model,
-                               attempts=call.attempts, latency_s=round(float(call.latency_s), 6),
-                               prompt_tokens=call.prompt_tokens, completion_tokens=call.completion_tokens,
-                               valid=call.valid, fallback=call.fallback, error=call.error)
+        name = self.slots[agent].name
+        if call.notice is not None and name not in self._noticed:  # said once per agent and episode
+            self._noticed.add(name)
+            self.es.recorder.write("notice", agent=name, text=call.notice)
+        fields = call.to_dict()
+        fields["latency_s"] = round(float(call.latency_s), 6)
+        self.es.recorder.write("llm", agent=name, purpose=purpose, **fields)
 
     # -- the end --------------------------------------------------------------------------------
     def _finish(self, terminated: bool, truncated: bool, reason: str) -> EpisodeResult:
@@ -231,6 +235,7 @@ class Episode:
             episode_return=round(self._episode_return, 6), model_calls=0 if gate is None else gate.recorded,
             prompt_tokens=0 if gate is None else gate.prompt_tokens,
             completion_tokens=0 if gate is None else gate.completion_tokens,
+            reasoning_tokens=0 if gate is None else gate.reasoning_tokens,
             wall_s=round(time.perf_counter() - self._start, 6),
             trace=None if self.trace is None or self.trace.path is None else str(self.trace.path), error=error,
             **counts,

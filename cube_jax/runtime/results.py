@@ -20,6 +20,7 @@ class EpisodeResult(Outcome, kw_only=True):
     wall_s: float
     trace: Optional[str] = None
     error: Optional[str] = None  # set when the episode stopped on an exception
+    reasoning_tokens: int = 0  # of the completion tokens, those reasoning models thought with
 
     @property
     def success(self) -> bool:

@@ -16,9 +16,24 @@ limit (:meth:`Reply.cut_off`, ``finish_reason`` ``"length"``).
 
 ``latency`` delays every answer (fixed-latency mode); ``reject_response_format=True``
 answers 400 to any request carrying ``response_format``, like a server without
-structured output. Every request received is kept in :attr:`FakeOpenAI.requests` (method,
-path, headers, parsed body) for assertions; :attr:`max_in_flight` is the largest number
-of requests it was handling at once.
+structured output, and ``reject_tools=True`` to any carrying ``tools``, like one without
+tool calls (``rejection_status`` picks another status: llama.cpp says 500). Every request
+received is kept in :attr:`FakeOpenAI.requests` (method, path, headers, parsed body) for
+assertions; :attr:`max_in_flight` is the largest number of requests it was handling at once.
+
+It plays a reasoning model too:
+
+* a reply's ``reasoning`` is sent beside the content as ``message.reasoning_content`` (or
+  ``message.reasoning``: ``reasoning_field``), and its ``reasoning_tokens`` as
+  ``usage.completion_tokens_details.reasoning_tokens`` (counted in the completion tokens);
+  ``FakeOpenAI(reasoning=..., reasoning_tokens=...)`` gives every reply that has none its own;
+* :meth:`Reply.starved`: an empty content with ``finish_reason: "length"``, the budget spent
+  thinking; ``starve_below=N`` answers so every request whose ``max_tokens`` is missing or
+  below N (without using the script), so that a retry with a larger budget gets through;
+* tool calls: a request with ``tools`` is answered with ``message.tool_calls[0]`` calling
+  the first tool with the reply's content as its arguments (``content`` null, finish reason
+  ``"tool_calls"``), unless ``tool_calls=False`` (a server that answers in the content) or
+  the content is empty.
 
 >>> import json, urllib.request
 >>> with FakeOpenAI(replies=['{"ok": true}']) as server:
@@ -64,6 +79,9 @@ class Reply:
     finish_reason: str = "stop"
     raw_body: Optional[str] = None  # a 200 answer whose body is this text, as it is (not JSON, say)
     no_choices: bool = False  # a completion object with an empty choice list
+    reasoning: Optional[str] = None  # a reasoning model's thinking, beside the content
+    reasoning_field: Optional[str] = None  # "reasoning_content" or "reasoning" (None: the server's)
+    reasoning_tokens: Optional[int] = None  # usage.completion_tokens_details.reasoning_tokens
 
     @classmethod
     def ok(cls, content: str, **kwargs) -> "Reply":
@@ -96,6 +114,18 @@ class Reply:
     def cut_off(cls, content: str) -> "Reply":
         return cls(content=content, finish_reason="length")
 
+    @classmethod
+    def thinking(cls, content: str, reasoning: str, *, tokens: Optional[int] = None, **kwargs) -> "Reply":
+        """A reasoning model's answer: ``content`` with ``reasoning`` beside it."""
+        return cls(content=content, reasoning=reasoning, reasoning_tokens=tokens, **kwargs)
+
+    @classmethod
+    def starved(cls, reasoning: str = "Let me weigh every block against every other one, then",
+                tokens: int = 512, **kwargs) -> "Reply":
+        """A reasoning model that spent its whole budget thinking: no answer, ``length``."""
+        return cls(content="", reasoning=reasoning, reasoning_tokens=tokens, finish_reason="length",
+                   usage=(12, 0), **kwargs)
+
 
 Scripted = Union[str, Reply]
 
@@ -122,11 +152,25 @@ class FakeOpenAI:
         *,
         latency: float = 0.0,
         reject_response_format: bool = False,
+        reject_tools: bool = False,
+        rejection_status: int = 400,
+        tool_calls: bool = True,
+        reasoning: Optional[str] = None,
+        reasoning_field: str = "reasoning_content",
+        reasoning_tokens: Optional[int] = None,
+        starve_below: Optional[int] = None,
         model: str = DEFAULT_MODEL,
     ):
         self.responder = responder
         self.latency = latency
         self.reject_response_format = reject_response_format
+        self.reject_tools = reject_tools
+        self.rejection_status = rejection_status
+        self.tool_calls = tool_calls
+        self.reasoning = reasoning
+        self.reasoning_field = reasoning_field
+        self.reasoning_tokens = reasoning_tokens
+        self.starve_below = starve_below
         self.model = model
         self.requests: List[ReceivedRequest] = []
         self.max_in_flight = 0
@@ -220,26 +264,42 @@ class FakeOpenAI:
 
     def completion_body(self, reply: Reply, request: dict) -> dict:
         """An OpenAI ``chat.completion`` object for a successful ``reply``."""
+        message: Dict[str, Any] = {"role": "assistant", "content": reply.content}
+        finish_reason = reply.finish_reason
+        reasoning = reply.reasoning if reply.reasoning is not None else self.reasoning
+        if reasoning is not None:
+            message[reply.reasoning_field or self.reasoning_field] = reasoning
+        tools = request.get("tools")
+        if tools and self.tool_calls and reply.content:
+            name = tools[0].get("function", {}).get("name", "reply")
+            message["content"] = None
+            message["tool_calls"] = [{"id": f"call_fake_{next(self._ids)}", "type": "function",
+                                      "function": {"name": name, "arguments": reply.content}}]
+            finish_reason = "tool_calls" if finish_reason == "stop" else finish_reason
         body = {
             "id": f"chatcmpl-fake-{next(self._ids)}",
             "object": "chat.completion",
             "created": int(time.time()),
             "model": request.get("model") or self.model,
-            "choices": [
-                {
-                    "index": 0,
-                    "message": {"role": "assistant", "content": reply.content},
-                    "logprobs": None,
-                    "finish_reason": reply.finish_reason,
-                }
-            ],
+            "choices": [{"index": 0, "message": message, "logprobs": None, "finish_reason": finish_reason}],
         }
         if reply.no_choices:
             body["choices"] = []
         if reply.usage is not None:
             prompt, completion = reply.usage
-            body["usage"] = {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+            thought = reply.reasoning_tokens if reply.reasoning_tokens is not None else self.reasoning_tokens
+            body["usage"] = {"prompt_tokens": prompt, "completion_tokens": completion + (thought or 0),
+                             "total_tokens": prompt + completion + (thought or 0)}
+            if thought is not None:
+                body["usage"]["completion_tokens_details"] = {"reasoning_tokens": thought}
         return body
+
+    def _starves(self, request: dict) -> Optional[Reply]:
+        """The starved reply for a request whose budget is below ``starve_below``, else None."""
+        budget = request.get("max_tokens")
+        if self.starve_below is None or (isinstance(budget, int) and budget >= self.starve_below):
+            return None
+        return Reply.starved(tokens=budget if isinstance(budget, int) else self.starve_below)
 
 
 def error_body(status: int, message: str) -> dict:
@@ -301,10 +361,15 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 
     def _answer(self, body: dict) -> None:
         fake = self.fake
+        status = fake.rejection_status
         if fake.reject_response_format and "response_format" in body:
-            self._send_json(400, error_body(400, "response_format of type json_schema is not supported by this server"))
+            self._send_json(status, error_body(status, "response_format of type json_schema is not supported by "
+                                                       "this server"))
             return
-        reply = fake._next_reply(body)
+        if fake.reject_tools and "tools" in body:
+            self._send_json(status, error_body(status, "this model does not support tools"))
+            return
+        reply = fake._starves(body) or fake._next_reply(body)
         fake._wait(fake.latency + reply.delay)
         if reply.drop or fake._stopping.is_set():
             self.close_connection = True

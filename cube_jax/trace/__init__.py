@@ -29,6 +29,7 @@ from cube_jax.trace.records import (
     LLMRecord,
     MessageRecord,
     NegotiationRecord,
+    NoticeRecord,
     Outcome,
     PlanRecord,
     StageRecord,
@@ -45,7 +46,7 @@ from cube_jax.trace.writer import TraceWriter
 
 __all__ = ["EXCERPT", "FACE_NAMES", "LLM_PURPOSES", "MESSAGE_KINDS", "OUTCOME_COUNTS", "OUTCOME_KEYS", "PLAN_EVENTS",
            "RECORD_CLASSES", "RECORD_TYPES", "SCHEMA_VERSION", "STAGES", "TASK_KEY", "AgentInfo", "AnyRecord", "EndRecord",
-           "EpisodeRecord", "LLMRecord", "LayoutInfo", "MessageRecord", "NegotiationRecord", "Outcome", "PlanRecord",
-           "StageRecord", "StepRecord", "TaskCounts", "TraceError", "TraceProblem", "TraceRecord", "TraceWriter",
-           "agent_name", "check_records", "dumps", "outcome_fields", "read_trace", "record_views", "required_keys",
-           "validate_trace"]
+           "EpisodeRecord", "LLMRecord", "LayoutInfo", "MessageRecord", "NegotiationRecord", "NoticeRecord", "Outcome",
+           "PlanRecord", "StageRecord", "StepRecord", "TaskCounts", "TraceError", "TraceProblem", "TraceRecord",
+           "TraceWriter", "agent_name", "check_records", "dumps", "outcome_fields", "read_trace", "record_views",
+           "required_keys", "validate_trace"]

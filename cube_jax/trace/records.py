@@ -28,7 +28,7 @@ from typing import Annotated, Any, Dict, List, Literal, Mapping, Optional, Seque
 import msgspec
 from msgspec import Meta
 
-from cube_jax.names import CHOICE_PURPOSES, EXCERPT, FACE_NAMES, LLM_PURPOSES, STAGES, agent_name, excerpt
+from cube_jax.names import CHOICE_PURPOSES, EXCERPT, FACE_NAMES, LLM_PURPOSES, REPLY_MODES, STAGES, agent_name, excerpt
 
 SCHEMA_VERSION = 1
 PLAN_EVENTS = ("committed", "resumed", "succeeded", "failed", "replaced", "unfinished")
@@ -178,6 +178,25 @@ class LLMRecord(TraceRecord, tag="llm"):
     valid: bool
     fallback: bool
     error: Optional[str] = None
+    # Reasoning models and reply modes (LLM.md section 5): absent from older traces.
+    reasoning_tokens: NonNegativeInt = 0
+    reasoning: Optional[str] = None  # null when there was none, or when it was dropped by option
+    reasoning_chars: NonNegativeInt = 0
+    finish_reason: Optional[str] = None
+    starved: bool = False  # an empty answer at the token limit: valid is false
+    reply_mode: Optional[Literal[REPLY_MODES]] = None
+
+    def __post_init__(self):
+        if self.starved and self.valid:
+            raise RecordRuleError("starved", "a starved reply (no answer at the token limit) cannot be valid")
+
+
+class NoticeRecord(TraceRecord, tag="notice"):
+    """Something an agent's harness changed on its own and says once (a reply mode the
+    server refused, and the one used instead)."""
+
+    agent: str
+    text: str
 
 
 class StepRecord(TraceRecord, tag="step"):
@@ -224,8 +243,8 @@ EndRecord = msgspec.defstruct("EndRecord", outcome_fields(), bases=(TraceRecord,
 
 RECORD_CLASSES: Dict[str, type] = {
     cls.__struct_config__.tag: cls
-    for cls in (EpisodeRecord, StageRecord, PlanRecord, MessageRecord, LLMRecord, StepRecord, NegotiationRecord,
-                EndRecord)
+    for cls in (EpisodeRecord, StageRecord, PlanRecord, MessageRecord, LLMRecord, NoticeRecord, StepRecord,
+                NegotiationRecord, EndRecord)
 }
 RECORD_TYPES = tuple(RECORD_CLASSES)
 AnyRecord = Union[tuple(RECORD_CLASSES.values())]
@@ -251,10 +270,13 @@ def record_views(keys: Mapping[str, Sequence[str]], prefix: str = "", *, wall: b
     Decoding into a view skips the keys it leaves out without building Python objects for
     them (a step record's positions and rewards are most of a trace) and checks the kept
     ones as strictly as the full types do; rules that span keys (``__post_init__``) are
-    the full types' alone. Returns record type -> view class, named
-    ``<prefix><Type>RecordView``; union them with ``Union[tuple(views.values())]``.
+    the full types' alone. A record type ``keys`` leaves out gets a view with ``t`` (and
+    ``wall``) alone, so that a reader decodes every type of the format, one added later
+    included. Returns record type -> view class, named ``<prefix><Type>RecordView``; union
+    them with ``Union[tuple(views.values())]``.
     """
     views = {}
+    keys = {**keys, **{record_type: () for record_type in RECORD_TYPES if record_type not in keys}}
     for record_type, kept in keys.items():
         if record_type not in RECORD_CLASSES:
             raise ValueError(f"record_views: unknown record type {record_type!r}; types are {RECORD_TYPES}")
@@ -277,7 +299,7 @@ def record_views(keys: Mapping[str, Sequence[str]], prefix: str = "", *, wall: b
 
 
 __all__ = ["AgentInfo", "AnyRecord", "BLOCK_KEY", "EXCERPT", "EndRecord", "EpisodeRecord", "FACE_NAMES", "LLMRecord",
-           "LLM_PURPOSES", "LayoutInfo", "MESSAGE_KINDS", "MessageRecord", "NegotiationRecord", "OUTCOME_COUNTS",
-           "OUTCOME_KEYS", "Outcome", "PLAN_EVENTS", "PlanRecord", "RECORD_CLASSES", "RECORD_TYPES", "RecordRuleError",
-           "SCHEMA_VERSION", "STAGES", "StageRecord", "StepRecord", "TASK_KEY", "TaskCounts", "TraceRecord", "agent_name",
-           "outcome_fields", "record_views", "required_keys"]
+           "LLM_PURPOSES", "LayoutInfo", "MESSAGE_KINDS", "MessageRecord", "NegotiationRecord", "NoticeRecord",
+           "OUTCOME_COUNTS", "OUTCOME_KEYS", "Outcome", "PLAN_EVENTS", "PlanRecord", "RECORD_CLASSES", "RECORD_TYPES",
+           "RecordRuleError", "SCHEMA_VERSION", "STAGES", "StageRecord", "StepRecord", "TASK_KEY", "TaskCounts",
+           "TraceRecord", "agent_name", "outcome_fields", "record_views", "required_keys"]

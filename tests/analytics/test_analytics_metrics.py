@@ -76,9 +76,11 @@ class TraceBuilder:
                          allocation=by_name(allocation), quorum_failed=list(quorum_failed))
 
     def llm(self, latency: float, prompt: int = 100, completion: int = 10, valid: bool = True,
-            fallback: bool = False, wall: Optional[float] = None) -> "TraceBuilder":
+            fallback: bool = False, wall: Optional[float] = None, **reasoning) -> "TraceBuilder":
+        """``reasoning``: the keys a reasoning model adds (``starved``, ``reasoning_tokens``, ...)."""
         return self._add("llm", wall, agent=self.names[0], purpose="plan", model="m", attempts=1, latency_s=latency,
-                         prompt_tokens=prompt, completion_tokens=completion, valid=valid, fallback=fallback)
+                         prompt_tokens=prompt, completion_tokens=completion, valid=valid, fallback=fallback,
+                         **reasoning)
 
     def step(self, tasks: Optional[Dict[str, tuple]] = None, delivered: Iterable[int] = (), actions=None,
              wall: Optional[float] = None) -> "TraceBuilder":
@@ -112,8 +114,9 @@ def metrics_of(records):
 def test_the_metric_names_are_section_6s():
     assert len(EMCOOP_METRICS) == 18 and set(EMCOOP_LEGEND) == set(EMCOOP_METRICS)
     assert METRICS[:6] == ("success", "blocks_delivered", "blocks_total", "weight_delivered", "steps", "score_per_step")
-    assert METRICS[-11:-4] == ("llm_calls", "prompt_tokens", "completion_tokens", "latency_mean_s", "latency_p95_s",
-                               "invalid_reply_rate", "fallbacks")
+    assert METRICS[-14:-4] == ("llm_calls", "prompt_tokens", "completion_tokens", "latency_mean_s", "latency_p95_s",
+                               "invalid_reply_rate", "fallbacks", "starved_rate", "reasoning_tokens",
+                               "tokens_per_decision")
     assert METRICS[-4:] == ("negotiations", "room_size_avg", "quorum_fail_rate", "commit_match_rate")
     assert EPISODE_ONLY_METRICS == ("block_done_t",)
     assert EMCOOP_LEGEND["D_delta"].startswith("M1: D_δ") and EMCOOP_LEGEND["C_participation_ratio"].startswith("M18")
@@ -265,6 +268,27 @@ def test_cost_metrics():
     assert m["latency_mean_s"] == pytest.approx(4.0)
     assert m["latency_p95_s"] == pytest.approx(8.95)  # NumPy's linear percentile: 3 + 0.85 * 7
     assert m["invalid_reply_rate"] == 0.5
+    assert (m["starved_rate"], m["reasoning_tokens"]) == (0.0, 0)  # traces without reasoning keys
+    # 3 decisions end (two valid, one fallback); the last call is a repair still under way
+    assert m["tokens_per_decision"] == pytest.approx(1100 / 3)
+
+
+def test_starved_replies_are_counted_apart_from_invalid_ones():
+    b = TraceBuilder(n=2)
+    # a decision: starved, its retry with a larger budget is valid
+    b.llm(1.0, 100, 512, valid=False, starved=True, reasoning_tokens=512, finish_reason="length", reply_mode="schema")
+    b.llm(1.0, 100, 700, valid=True, reasoning_tokens=600, finish_reason="stop", reply_mode="schema")
+    # another: an invalid reply, then starved twice, the second falling back
+    b.llm(1.0, 100, 40, valid=False, reasoning_tokens=30, reply_mode="tools")
+    b.llm(1.0, 100, 512, valid=False, starved=True, reasoning_tokens=512, reply_mode="tools")
+    b.llm(1.0, 100, 1024, valid=False, fallback=True, starved=True, reasoning_tokens=1024, reply_mode="tools")
+    m = metrics_of(b.end())
+    assert (m["llm_calls"], m["fallbacks"]) == (5, 1)
+    assert m["starved_rate"] == 3 / 5
+    assert m["invalid_reply_rate"] == 1 / 5  # the starved records are not bad replies
+    assert m["reasoning_tokens"] == 512 + 600 + 30 + 512 + 1024
+    assert m["completion_tokens"] == 512 + 700 + 40 + 512 + 1024
+    assert m["tokens_per_decision"] == pytest.approx((500 + 2788) / 2)  # reasoning is in the completion tokens
 
 
 def test_outcomes_come_from_the_end_record():

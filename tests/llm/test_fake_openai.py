@@ -160,3 +160,30 @@ def test_stop_does_not_wait_for_a_slow_reply():
     thread.join(timeout=5)
     assert time.perf_counter() - start < 5
     assert len(outcome) == 1 and isinstance(outcome[0], Exception)
+
+
+def test_reasoning_starved_replies_and_tool_calls_are_valid_openai_completions():
+    tools = [{"type": "function", "function": {"name": "plan_reply", "parameters": {"type": "object"}}}]
+    with FakeOpenAI(replies=[Reply.thinking('{"a": 1}', "so", tokens=9, usage=(30, 4)), '{"b": 2}'],
+                    starve_below=100, reasoning_field="reasoning") as server:
+        starved = ChatCompletion.model_validate(post(server.url, {**REQUEST, "max_tokens": 64})[2])
+        thought = ChatCompletion.model_validate(post(server.url, {**REQUEST, "max_tokens": 100})[2])
+        called = ChatCompletion.model_validate(post(server.url, {**REQUEST, "max_tokens": 100, "tools": tools})[2])
+        assert server.pending == 0  # the starved reply used no scripted one
+    assert (starved.choices[0].message.content, starved.choices[0].finish_reason) == ("", "length")
+    assert starved.usage.completion_tokens_details.reasoning_tokens == 64
+    message = thought.choices[0].message
+    assert (message.content, message.reasoning) == ('{"a": 1}', "so")
+    assert (thought.usage.completion_tokens, thought.usage.completion_tokens_details.reasoning_tokens) == (13, 9)
+    (call,) = called.choices[0].message.tool_calls
+    assert called.choices[0].message.content is None and called.choices[0].finish_reason == "tool_calls"
+    assert (call.function.name, call.function.arguments) == ("plan_reply", '{"b": 2}')
+
+
+@pytest.mark.parametrize("option, key", [("reject_response_format", "response_format"), ("reject_tools", "tools")])
+def test_a_server_can_refuse_response_format_or_tools(option, key):
+    with FakeOpenAI(responder=lambda request: "fine", **{option: True}) as server:
+        refused = post(server.url, {**REQUEST, key: {}})
+        answered = post(server.url)
+    assert refused[0] == 400 and key.split("_")[0] in refused[2]["error"]["message"]
+    assert answered[0] == 200

@@ -294,7 +294,8 @@ def test_ask_returns_the_checked_reply_from_a_fenced_reply():
     assert outcome.reply == PlanReply("push_block(block#1)", GOOD_PLAN, (), None)
     assert (outcome.fallback, outcome.error, outcome.model_failed) == (False, None, False)
     (call,) = outcome.calls
-    assert call == CallRecord("tiny-model", 1, call.latency_s, 100, 20, True, False, None)
+    assert call == CallRecord("tiny-model", 1, call.latency_s, 100, 20, True, False, None, finish_reason="stop",
+                              reply_mode="schema")
     # the schema built for this decision: live blocks only, no messages (CONTEXT allows none)
     assert request.body["response_format"]["json_schema"] == {"name": "plan_reply",
                                                               "schema": decision_schema("plan", CONTEXT), "strict": False}
@@ -348,7 +349,7 @@ def test_a_failing_server_falls_back_at_once_with_the_error_recorded():
     assert outcome.fallback and outcome.model_failed and outcome.reply is None
     (call,) = outcome.calls
     assert call == CallRecord("tiny-model", 2, call.latency_s, 0, 0, False, True, "http_503: down for maintenance",
-                              server_failed=True)
+                              server_failed=True, reply_mode="schema")
     assert outcome.error == "http_503: down for maintenance"
 
 
@@ -369,7 +370,9 @@ def test_ask_works_without_structured_output_on_the_server():
 def test_call_records_have_exactly_the_trace_llm_fields():
     with FakeOpenAI(replies=[GOOD]) as server:
         record = run_ask(server).calls[0].to_dict()
-    assert list(record) == ["model", "attempts", "latency_s", "prompt_tokens", "completion_tokens", "valid", "fallback", "error"]
+    assert list(record) == ["model", "attempts", "latency_s", "prompt_tokens", "completion_tokens", "valid", "fallback",
+                            "error", "reasoning_tokens", "reasoning", "reasoning_chars", "finish_reason", "starved",
+                            "reply_mode"]
 
 
 def test_message_and_interrupt_purposes():

@@ -71,6 +71,8 @@ def write_every_type(writer: TraceWriter, clock: Clock) -> list:
                                                   "joint": 0}}))
     written.append(writer.write("plan", 1, agent="agent_0", plan_id=0, spec="quorum_wait(block#0)",
                                 actions=["wait_agents(2, 3)"], event="failed", reason="timeout"))
+    written.append(writer.write("notice", 1, agent="agent_1", text="reply mode schema asked; the server refused "
+                                                                   "schema (http_400: ...); replies use mode tools"))
     written.append(writer.end(1, terminated=False, truncated=True, reason="max_steps", steps=1, blocks_delivered=0,
                               blocks_total=1, weight_delivered=0, weight_total=2))
     return written
@@ -187,7 +189,7 @@ LINE = {kind: next(i for i, r in enumerate(good_trace()) if r["type"] == kind) f
     (lambda: changed(LINE["stage"], wall="soon"), "line 2, key 'wall': Expected `float`, got `str`: \"soon\""),
     (lambda: changed(LINE["stage"], t="0"), "line 2, key 't': Expected `int`, got `str`: \"0\""),
     (lambda: changed(LINE["stage"], t=True), "line 2, key 't': Expected `int`, got `bool`: true"),
-    (lambda: changed(LINE["end"], steps=1.0), "line 12, key 'steps': Expected `int`, got `float`: 1.0"),
+    (lambda: changed(LINE["end"], steps=1.0), "line 13, key 'steps': Expected `int`, got `float`: 1.0"),
     (lambda: changed(LINE["llm"], valid=1), "line 3, key 'valid': Expected `bool`, got `int`: 1"),
     (lambda: changed(LINE["stage"], t=-1), "line 2, key 't': Expected `int` >= 0: -1"),
     (lambda: changed(LINE["stage"], stage="Q"), "line 2, key 'stage': Invalid enum value 'Q'"),
@@ -208,7 +210,7 @@ LINE = {kind: next(i for i, r in enumerate(good_trace()) if r["type"] == kind) f
      "line 1, key 'layout.walls': unknown key"),
     (lambda: changed(LINE["episode"], schema=2), "line 1, key 'schema': Invalid enum value 2"),
     (lambda: without(LINE["stage"], "agent"), "line 2, key 'agent': required key is missing"),
-    (lambda: changed(len(good_trace()) - 2, reason=None),
+    (lambda: changed(len(good_trace()) - 3, reason=None),
      "line 11, key 'reason': a plan record with event 'failed' needs a non-empty 'reason'"),
     (lambda: changed(LINE["negotiation"], commitments={"agent_0": 0, "agent_5": None}),
      "line 7, key 'commitments': 'agent_5' is not a member of the room"),
@@ -223,9 +225,13 @@ LINE = {kind: next(i for i, r in enumerate(good_trace()) if r["type"] == kind) f
     (lambda: changed(LINE["negotiation"], wall=0.1), "line 7, key 'wall': wall went back from 0.5 to 0.1"),
     (lambda: changed(LINE["negotiation"], type="haggle"),
      "line 7, key 'type': unknown record type 'haggle'; types are ('episode', 'stage', 'plan', 'message', 'llm', "
-     "'step', 'negotiation', 'end')"),
+     "'notice', 'step', 'negotiation', 'end')"),
+    (lambda: changed(LINE["llm"], starved=True), "line 3, key 'starved': a starved reply (no answer at the token "
+                                                 "limit) cannot be valid"),
+    (lambda: changed(LINE["llm"], reply_mode="json"), "line 3, key 'reply_mode': Invalid enum value 'json'"),
+    (lambda: without(LINE["notice"], "text"), "line 12, key 'text': required key is missing"),
     (lambda: good_trace()[1:], "line 1, key 'type': the first record must be 'episode', got 'stage'"),
-    (lambda: good_trace()[:-1], "line 11, key 'type': the last record must be 'end'"),
+    (lambda: good_trace()[:-1], "line 12, key 'type': the last record must be 'end'"),
     (lambda: "", "line 1: the trace is empty"),
     (lambda: "[1, 2]\n", "line 1: a record must be a JSON object, got list"),
 ])
