@@ -1,6 +1,6 @@
 """Ships the best training seed of a learner's benchmark entry inside the package, as ``builtin:NAME``.
 
-    python benchmarks/ship_policy.py runs/bench/ippo-S --task hard --name ippo-hard
+    python benchmarks/ship_policy.py runs/bench/ippo-S --task hard --name ippo-hard --shipped-entry results/ippo-default-S
 
 Reads the entry (``entry.json``) and its training runs (``work/train/<task>/seed-<k>/``, kept
 by ``cube-jax bench run``), chooses the seed whose policy scored best on the task's held-out
@@ -8,7 +8,8 @@ test layouts (greedy success, then sampled success, then greedy blocks delivered
 lower seed), copies that run's saved policy (``checkpoint/policy/`` and ``policy.json``, not
 its training state) to ``cube_jax/rl/builtin/<name>/`` and writes its ``card.json``: the
 entry's label, command, commit, tier and budget, the task, the seed and its held-out scores,
-and the policy's size. Refuses an entry that does not learn, was made from a dirty tree, or
+the policy's size and, with ``--shipped-entry``, the repository folder where the entry
+ships (checked to hold the same entry). Refuses an entry that does not learn, was made from a dirty tree, or
 lacks the task or the run folder, naming what is missing.
 """
 from __future__ import annotations
@@ -19,7 +20,7 @@ import re
 import shutil
 import sys
 from pathlib import Path
-from typing import Any, Dict, List, Sequence
+from typing import Any, Dict, List, Optional, Sequence
 
 ROOT = Path(__file__).resolve().parents[1]
 BUILTIN = ROOT / "cube_jax" / "rl" / "builtin"
@@ -58,8 +59,12 @@ def folder_size(path: Path) -> int:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
 
 
-def ship(entry_dir: Path, task: str, name: str) -> Dict[str, Any]:
+def ship(entry_dir: Path, task: str, name: str, shipped_entry: Optional[str] = None) -> Dict[str, Any]:
     entry = json.loads((entry_dir / "entry.json").read_text())
+    if shipped_entry is not None:
+        shipped = json.loads((ROOT / shipped_entry / "entry.json").read_text())
+        if shipped != entry:
+            raise ValueError(f"{shipped_entry}: its entry.json is not the entry of {entry_dir}")
     agent, provenance = entry["agent"], entry["provenance"]
     if not agent.get("learns"):
         raise ValueError(f"{entry_dir}: the entry's agent {agent['spec']!r} does not learn; only trained policies ship")
@@ -91,7 +96,7 @@ def ship(entry_dir: Path, task: str, name: str) -> Dict[str, Any]:
         "held_out": scores[seed],
         "every_seed": scores,
         "entry": {"command": provenance["command"], "commit": provenance["git_commit"],
-                  "started": provenance["started"], "device": provenance["device"]},
+                  "started": provenance["started"], "device": provenance["device"], "shipped_as": shipped_entry},
         "size_bytes": folder_size(target),
     }
     (target / "card.json").write_text(json.dumps(card, indent=1) + "\n")
@@ -103,13 +108,15 @@ def main(argv: Sequence[str] = None) -> int:
     parser.add_argument("entry", type=Path, help="a learner's entry folder (cube-jax bench run --out)")
     parser.add_argument("--task", required=True, help="the task whose best seed ships")
     parser.add_argument("--name", required=True, help="the builtin name, e.g. ippo-hard (lowercase, digits, '-')")
+    parser.add_argument("--shipped-entry", default=None,
+                        help="the repository folder (results/<name>) where the same entry ships, named on the card")
     args = parser.parse_args(argv)
     if not NAME.match(args.name):
         parser.error(f"--name {args.name!r}: lowercase letters, digits and '-', at most 41 characters")
     if not (args.entry / "entry.json").is_file():
         parser.error(f"{args.entry}: no entry.json (an entry folder of cube-jax bench run)")
     try:
-        card = ship(args.entry, args.task, args.name)
+        card = ship(args.entry, args.task, args.name, args.shipped_entry)
     except ValueError as err:
         parser.error(str(err))
     held = card["held_out"]

@@ -36,6 +36,11 @@ def test_each_card_names_its_entry_and_its_seed(name):
     assert card["size_bytes"] == ship_policy.folder_size(builtin.path(name)) - (builtin.path(name) / "card.json").stat().st_size
     policy = load_policy(builtin.path(name))
     assert policy.meta["algo"] == card["algo"]
+    shipped = card["entry"]["shipped_as"]
+    if shipped is not None:  # the entry ships in the repository, and its scores are the card's
+        entry = json.loads((REPO / shipped / "entry.json").read_text())
+        assert entry["provenance"]["git_commit"] == card["entry"]["commit"]
+        assert ship_policy.seed_scores(entry["tasks"][card["task"]]["episodes"])[card["training_seed"]] == card["held_out"]
 
 
 def test_a_shipped_policy_plays_its_task_as_its_card_says(tmp_path):
