@@ -221,6 +221,24 @@ class PartnerState:
 
 
 @dataclasses.dataclass(frozen=True)
+class TaskEvidence:
+    """What the world model knows of one task (``block#b``), as numbers (LLM.md section 7).
+
+    ``attempts`` (0 when the model gives no count), ``success_rate``, ``duration_mean`` and
+    ``start_mean`` aggregate every attempt at the task; ``best_team_size`` is the size with
+    the highest success rate (ties to the smaller; None before a success); ``teams`` holds one
+    ``(team size, attempts, success rate, mean duration)`` per size tried, by size.
+    """
+
+    success_rate: float
+    attempts: int = 0
+    duration_mean: Optional[float] = None
+    start_mean: Optional[float] = None
+    best_team_size: Optional[int] = None
+    teams: Tuple[Tuple[int, int, float, float], ...] = ()
+
+
+@dataclasses.dataclass(frozen=True)
 class NegotiationView:
     """What a member of a negotiation room sees (LLM.md section 3.1).
 
@@ -229,7 +247,9 @@ class NegotiationView:
     id -> suggested team size, for every proposed block (after the proposal round).
     ``executing``: block id -> agents already executing a plan for it (outside the room).
     ``guidebook``: the world model's guidebook as text (empty without a world model), and
-    ``success``: block id -> the world model's success rate for its task, where it has data.
+    ``success``: block id -> the world model's success rate for its task, where it has data;
+    ``evidence``: block id -> what the world model knows of its task (:class:`TaskEvidence`),
+    for every live block it has data on (empty without a world model or with an empty one).
     ``allocation``: the member's final block when it plans (None before).
     ``plan_library``: the world model's plan library for that block, as text.
     """
@@ -243,6 +263,7 @@ class NegotiationView:
     success: Dict[int, float] = dataclasses.field(default_factory=dict)
     allocation: Optional[int] = None
     plan_library: str = ""
+    evidence: Dict[int, TaskEvidence] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -380,6 +401,7 @@ __all__ = [
     "Purpose",
     "Reason",
     "Stage",
+    "TaskEvidence",
     "TopologyView",
     "fallback_plan",
     "idle_plan",

@@ -23,6 +23,8 @@ it need not import this package; block ids are ints):
 - ``best_team_size(block) -> Optional[int]``: None until the task has a success;
 - ``success_rate(block) -> Optional[float]``: None without attempts;
 - ``task_stats(block) -> TaskStats``: every aggregate of the task;
+- ``team_size_stats(block) -> Tuple[TeamSizeStats, ...]``: its attempts per team size (the
+  negotiating planner reads these two when present, :mod:`cube_jax.agents.negotiator`);
 
 and, around a run with ``--world-model PATH``: ``WorldModel.load(path, env=env)`` before
 the first episode, then after each episode ``model.update(records)`` and
@@ -53,8 +55,8 @@ from cube_jax.worldmodel.outcomes import (
     world_name,
 )
 from cube_jax.worldmodel.render import LIBRARY_INSTANCES, LIBRARY_PROTOTYPES
-from cube_jax.worldmodel.stats import PlanStats, TaskStats
+from cube_jax.worldmodel.stats import PlanStats, TaskStats, TeamSizeStats
 
 __all__ = ["Attempt", "EpisodeNode", "EpisodeReading", "InstanceNode", "LIBRARY_INSTANCES", "LIBRARY_PROTOTYPES",
-           "PlanStats", "PrototypeNode", "TaskNode", "TaskStats", "WorldMismatchError", "WorldModel", "WorldModelError",
-           "action_name", "read_episode", "task_id", "world_name"]
+           "PlanStats", "PrototypeNode", "TaskNode", "TaskStats", "TeamSizeStats", "WorldMismatchError", "WorldModel",
+           "WorldModelError", "action_name", "read_episode", "task_id", "world_name"]

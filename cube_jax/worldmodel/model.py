@@ -25,7 +25,8 @@ from cube_jax.worldmodel.outcomes import (
     world_name,
 )
 from cube_jax.worldmodel.render import LIBRARY_INSTANCES, LIBRARY_PROTOTYPES
-from cube_jax.worldmodel.stats import PlanStats, TaskStats, plan_stats, ranking_key, task_stats
+from cube_jax.worldmodel.stats import (PlanStats, TaskStats, TeamSizeStats, plan_stats, ranking_key, task_stats,
+                                       team_size_stats)
 
 
 @dataclasses.dataclass
@@ -98,7 +99,7 @@ class WorldModel:
 
     Build it with :meth:`update` (one episode's trace records at a time), keep it with
     :meth:`save` and :meth:`load`, and ask it with :meth:`guidebook`, :meth:`plan_library`,
-    :meth:`best_team_size`, :meth:`success_rate` and :meth:`task_stats`.
+    :meth:`best_team_size`, :meth:`success_rate`, :meth:`task_stats` and :meth:`team_size_stats`.
 
     >>> model = WorldModel({"scenario": "hard"})
     >>> print(model.guidebook([0, 1, 2], t=0, room_size=3))
@@ -187,6 +188,12 @@ class WorldModel:
         """The aggregates of task ``block#<block>`` (zero attempts for a task never tried)."""
         node = self.tasks.get(block)
         return node.stats if node is not None else task_stats(block, None, ())
+
+    def team_size_stats(self, block: int) -> Tuple[TeamSizeStats, ...]:
+        """The attempts at ``block`` per team size (success rate and mean duration of each size
+        tried, by increasing size; empty for a task never tried)."""
+        node = self.tasks.get(block)
+        return team_size_stats(node.attempts) if node is not None else ()
 
     def success_rate(self, block: int) -> Optional[float]:
         """The share of attempts at ``block`` that succeeded; None without attempts."""

@@ -52,6 +52,17 @@ class TaskStats:
     by_team_size: Tuple[Tuple[int, int, int], ...]  # (team size, attempts, successes), by size
 
 
+@dataclasses.dataclass(frozen=True)
+class TeamSizeStats:
+    """What became of the attempts at one task made by teams of one size."""
+
+    team_size: int
+    attempts: int
+    successes: int
+    success_rate: float
+    duration_mean: float  # every attempt of this size, succeeded or not
+
+
 def plan_stats(attempts: Sequence[Attempt]) -> PlanStats:
     n = len(attempts)
     successes = sum(a.success for a in attempts)
@@ -80,6 +91,19 @@ def task_stats(block: int, weight: Optional[int], attempts: Sequence[Attempt]) -
                      duration_mean=_mean([a.duration for a in attempts]),
                      smallest_success_team=min((a.team_size for a in attempts if a.success), default=None),
                      best_team_size=best, best_team_success_rate=best_rate, by_team_size=by_size)
+
+
+def team_size_stats(attempts: Sequence[Attempt]) -> Tuple[TeamSizeStats, ...]:
+    """The attempts grouped by team size, by increasing size (a size never tried is absent)."""
+    groups: Dict[int, list] = {}
+    for a in attempts:
+        groups.setdefault(a.team_size, []).append(a)
+    rows = []
+    for size, group in sorted(groups.items()):
+        won = sum(a.success for a in group)
+        rows.append(TeamSizeStats(team_size=size, attempts=len(group), successes=won, success_rate=won / len(group),
+                                  duration_mean=sum(a.duration for a in group) / len(group)))
+    return tuple(rows)
 
 
 def ranking_key(stats: PlanStats, text: str):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Dict, List, Optional, Protocol, Sequence
 
-from cube_jax.agents.base import Decision, NegotiationView, Plan, Purpose
+from cube_jax.agents.base import Decision, NegotiationView, Plan, Purpose, TaskEvidence
 from cube_jax.names import agent_name
 from cube_jax.runtime.phase import Phase, gather_all
 from cube_jax.runtime.topologies.base import Topology
@@ -15,7 +15,12 @@ QUORUM_WAIT_STEPS = 3
 
 
 class WorldModelReader(Protocol):
-    """What a negotiation reads of a world model (:mod:`cube_jax.worldmodel`)."""
+    """What a negotiation reads of a world model (:mod:`cube_jax.worldmodel`).
+
+    A reader may also have ``task_stats(block)`` and ``team_size_stats(block)`` (as
+    :class:`~cube_jax.worldmodel.WorldModel` has): the room then gives its members every
+    aggregate of each task, per team size too (:class:`~cube_jax.agents.base.TaskEvidence`);
+    without them, only the success rate and the best team size."""
 
     def best_team_size(self, block: int) -> Optional[int]: ...
 
@@ -24,6 +29,24 @@ class WorldModelReader(Protocol):
     def guidebook(self, live_blocks: Sequence[int], t: int, room_size: int) -> str: ...
 
     def plan_library(self, block: int) -> str: ...
+
+
+def task_evidence(model: WorldModelReader, block: int) -> Optional[TaskEvidence]:
+    """What ``model`` knows of task ``block`` as numbers; None when it has no data on it."""
+    stats = getattr(model, "task_stats", None)
+    if stats is None:
+        rate = model.success_rate(block)
+        if rate is None:
+            return None
+        return TaskEvidence(success_rate=float(rate), best_team_size=model.best_team_size(block))
+    task = stats(block)
+    if not task.attempts:
+        return None
+    per_size = getattr(model, "team_size_stats", None)
+    teams = tuple((s.team_size, s.attempts, s.success_rate, s.duration_mean) for s in per_size(block)) \
+        if per_size is not None else ()
+    return TaskEvidence(success_rate=task.success_rate, attempts=task.attempts, duration_mean=task.duration_mean,
+                        start_mean=task.start_mean, best_team_size=task.best_team_size, teams=teams)
 
 
 def task_spec(block: int) -> str:
@@ -79,6 +102,8 @@ class Room:
         self.guidebook = model.guidebook(self.live, phase.t, len(self.members)) if model is not None else ""
         rates = {b: model.success_rate(b) for b in self.live} if model is not None else {}
         self.success = {b: float(r) for b, r in rates.items() if r is not None}
+        known = {b: task_evidence(model, b) for b in self.live} if model is not None else {}
+        self.evidence = {b: e for b, e in known.items() if e is not None}
         self.proposals: Dict[int, Optional[int]] = {}
         self.commitments: Dict[int, Optional[int]] = {}
         self.team_sizes: Dict[int, int] = {}
@@ -89,7 +114,8 @@ class Room:
         return NegotiationView(room=tuple(self.members), proposals=dict(self.proposals),
                                commitments=dict(self.commitments), team_sizes=dict(self.team_sizes),
                                executing={b: k for b, k in self.executing.items() if k}, guidebook=self.guidebook,
-                               success=dict(self.success), allocation=allocation, plan_library=library)
+                               success=dict(self.success), allocation=allocation, plan_library=library,
+                               evidence=dict(self.evidence))
 
     async def run(self) -> None:
         await self.round(Purpose.PROPOSAL, self.proposals, "proposal")
