@@ -119,12 +119,16 @@ class ModelCall:
     fallback: bool
     error: Optional[str] = None
     server_failed: bool = False
+    # further keys of the call's ``llm`` record (LLM.md section 5 lets records add keys), e.g.
+    # ``repair`` (cube_jax.llm.repair): written beside the contract keys, never in their place
+    extra: Optional[Mapping[str, Any]] = None
 
     def to_dict(self) -> Dict[str, Any]:
         """The trace ``llm`` record's fields of this call."""
         out = dataclasses.asdict(self)
         del out["server_failed"]
-        return out
+        extra = out.pop("extra") or {}
+        return {**extra, **out}
 
 
 class CallLedger(Protocol):
@@ -197,6 +201,8 @@ class PartnerState:
     stage: Stage
     spec: Optional[str]  # its current plan's spec (None when it has none)
     action: Optional[str]  # the symbolic action it is executing, as text (None when none)
+    plan: Optional["Plan"] = None  # its current (committed or last) plan, for plan checks (cube_jax.llm.repair)
+    plan_index: int = 0  # the index of the plan's action it is at (len(actions) once finished)
 
 
 @dataclasses.dataclass(frozen=True)

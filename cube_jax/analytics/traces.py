@@ -67,7 +67,7 @@ METRIC_KEYS = {
     "stage": ("agent", "stage"),
     "plan": ("agent", "plan_id", "spec", "event"),
     "message": ("sender",),
-    "llm": ("latency_s", "prompt_tokens", "completion_tokens", "valid", "fallback"),
+    "llm": ("latency_s", "prompt_tokens", "completion_tokens", "valid", "fallback", "repair"),
     "step": ("delivered", "tasks", "actions", "agents", "blocks"),
     "negotiation": ("room", "proposals", "commitments", "allocation", "quorum_failed"),
     "end": OUTCOME_KEYS,

@@ -134,7 +134,9 @@ class Contender:
             out.append({"member": part, "model": MODEL_NAME if local else model,
                         "server_host": "127.0.0.1 (the packaged local model)" if local else urlparse(url or "").netloc,
                         "temperature": member.option("temperature", self.model_defaults.get("temperature")),
-                        "max_tokens": member.option("max_tokens", self.model_defaults.get("max_tokens"))})
+                        "max_tokens": member.option("max_tokens", self.model_defaults.get("max_tokens")),
+                        # plan repair and worked examples (--repair, --demos K), only when on
+                        **{k: self.model_defaults[k] for k in ("repair", "demos") if self.model_defaults.get(k)}})
         return out
 
 

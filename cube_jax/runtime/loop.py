@@ -209,7 +209,7 @@ class Episode:
         self.es.recorder.write("llm", agent=self.slots[agent].name, purpose=purpose, model=call.model,
                                attempts=call.attempts, latency_s=round(float(call.latency_s), 6),
                                prompt_tokens=call.prompt_tokens, completion_tokens=call.completion_tokens,
-                               valid=call.valid, fallback=call.fallback, error=call.error)
+                               valid=call.valid, fallback=call.fallback, error=call.error, **dict(call.extra or {}))
 
     # -- the end --------------------------------------------------------------------------------
     def _finish(self, terminated: bool, truncated: bool, reason: str) -> EpisodeResult:

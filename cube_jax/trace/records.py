@@ -120,6 +120,24 @@ class TaskCounts(msgspec.Struct, frozen=True, gc=False):
     joint: NonNegativeInt
 
 
+# The checks of plan repair (cube_jax.llm.repair), as an ``llm`` record's ``repair`` names them.
+REPAIR_CHECKS = ("reach", "quorum", "clash")
+
+
+class RepairInfo(msgspec.Struct, gc=False):
+    """An ``llm`` record's ``repair`` key (``--repair``): the call's reply was valid but its
+    plan failed ``check`` at ``face`` of ``block`` (action ``action_index``); ``resent``: the
+    model was re-prompted with it (false: the repair budget was spent and the plan ran as
+    it was)."""
+
+    check: Literal[REPAIR_CHECKS]
+    detail: str
+    resent: bool
+    block: Optional[BlockId] = None
+    face: Optional[Literal[FACE_NAMES]] = None
+    action_index: Optional[NonNegativeInt] = None
+
+
 # --- the records ---------------------------------------------------------------------------------
 
 
@@ -178,6 +196,7 @@ class LLMRecord(TraceRecord, tag="llm"):
     valid: bool
     fallback: bool
     error: Optional[str] = None
+    repair: Optional[RepairInfo] = None  # plan repair (--repair): the check this reply's plan failed
 
 
 class StepRecord(TraceRecord, tag="step"):
@@ -276,7 +295,7 @@ def record_views(keys: Mapping[str, Sequence[str]], prefix: str = "", *, wall: b
     return views
 
 
-__all__ = ["AgentInfo", "AnyRecord", "BLOCK_KEY", "EXCERPT", "EndRecord", "EpisodeRecord", "FACE_NAMES", "LLMRecord",
+__all__ = ["REPAIR_CHECKS", "RepairInfo", "AgentInfo", "AnyRecord", "BLOCK_KEY", "EXCERPT", "EndRecord", "EpisodeRecord", "FACE_NAMES", "LLMRecord",
            "LLM_PURPOSES", "LayoutInfo", "MESSAGE_KINDS", "MessageRecord", "NegotiationRecord", "OUTCOME_COUNTS",
            "OUTCOME_KEYS", "Outcome", "PLAN_EVENTS", "PlanRecord", "RECORD_CLASSES", "RECORD_TYPES", "RecordRuleError",
            "SCHEMA_VERSION", "STAGES", "StageRecord", "StepRecord", "TASK_KEY", "TaskCounts", "TraceRecord", "agent_name",
