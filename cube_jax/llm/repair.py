@@ -261,7 +261,10 @@ def review_plan(ctx: DecisionContext, actions: Sequence[SymbolicAction]) -> Opti
     reach = _Reach(view)
     problems: List[Tuple[int, SymbolicAction, str]] = []
     mine = engagements(actions, aligned_faces(view, me), problems)
-    # reach: every move_to_block has a target and a path; every meeting and push a face
+    # reach: every move_to_block has a target and a path; every meeting and push a face (the
+    # first failing action of the plan is the one reported)
+    failing = [Violation("reach", action.args.get("block"), action.args.get("face"), i, str(action), why)
+               for i, action, why in problems]
     for i, action in enumerate(actions):
         if action.name != "move_to_block":
             continue
@@ -276,10 +279,9 @@ def review_plan(ctx: DecisionContext, actions: Sequence[SymbolicAction]) -> Opti
                 why = "there is no cell to stand at: every cell of that face is outside the grid or under a block"
         else:
             why = "no path leads there: blocks wall that face off from where you stand"
-        return Violation("reach", b, f, i, str(action), why)
-    if problems:
-        i, action, why = problems[0]
-        return Violation("reach", action.args.get("block"), action.args.get("face"), i, str(action), why)
+        failing.append(Violation("reach", b, f, i, str(action), why))
+    if failing:
+        return min(failing, key=lambda v: v.action_index)
 
     partners = {p.agent: p for p in ctx.partners}
     theirs = {j: engagements(remaining(p), aligned_faces(view, j)) if committed(p) else []

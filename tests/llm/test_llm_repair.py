@@ -108,6 +108,9 @@ def test_reach_fires_for_a_push_from_no_face():
     assert "aligned with a face of block 0" in v.detail and "move_to_block" in v.detail
     v = review(context(MAP, partners=FREE), "move_to_block(0, left); rendezvous(0, up, 2, 10); push_block(0, 3)")
     assert (v.check, v.block, v.face, v.action_index) == ("reach", 0, "up", 1)
+    # the plan's first failing action is the one reported
+    v = review(context(MAP, partners=FREE), "move_to_block(0, left); rendezvous(0, up, 2, 10); move_to_block(1, left)")
+    assert (v.check, v.action_index) == ("reach", 1)
 
 
 # --- quorum -------------------------------------------------------------------------------------------
