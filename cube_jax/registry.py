@@ -323,6 +323,12 @@ def _read_llm_argument(text: str) -> Dict[str, Any]:
     return settings
 
 
+def read_demo_count(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 8:
+        raise ValueError(f"expected an integer 0..8, got {_shown(value)}")
+    return value
+
+
 MODEL_OPTIONS = (
     Option("model", "the model name the server knows (default: --model)", read_text),
     Option("base_url", "the server's OpenAI-compatible base URL (default: --base-url or OPENAI_BASE_URL)",
@@ -340,6 +346,8 @@ MODEL_OPTIONS = (
                                 "--reasoning-history)", read_choice(REASONING_HISTORIES)),
     Option("drop_reasoning", "true: the trace keeps the reasoning's length, not its text (default: "
                              "--drop-reasoning)", read_flag),
+    Option("repair", "check every plan before it runs and re-prompt on a violation (default: --repair)", read_flag),
+    Option("demos", "worked examples in the system prompt, 0..8 (default: --demos)", read_demo_count),
 )
 
 register(AgentKind("heuristic", "the cube paper's greedy planner (each agent plans for itself)",

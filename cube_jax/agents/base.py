@@ -132,6 +132,9 @@ class ModelCall:
     starved: bool = False
     reply_mode: Optional[str] = None
     notice: Optional[str] = None
+    # further keys of the call's ``llm`` record (LLM.md section 5 lets records add keys), e.g.
+    # ``repair`` (cube_jax.llm.repair): written beside the contract keys, never in their place
+    extra: Optional[Mapping[str, Any]] = None
 
     def to_dict(self) -> Dict[str, Any]:
         """The trace ``llm`` record's fields of this call (the reasoning and reply-mode keys
@@ -141,7 +144,8 @@ class ModelCall:
         if self.reply_mode is None:
             for key in _HARNESS_KEYS:
                 del out[key]
-        return out
+        extra = out.pop("extra") or {}
+        return {**extra, **out}
 
 
 # The keys of an ``llm`` record that only a language model's harness gives.
@@ -218,6 +222,8 @@ class PartnerState:
     stage: Stage
     spec: Optional[str]  # its current plan's spec (None when it has none)
     action: Optional[str]  # the symbolic action it is executing, as text (None when none)
+    plan: Optional["Plan"] = None  # its current (committed or last) plan, for plan checks (cube_jax.llm.repair)
+    plan_index: int = 0  # the index of the plan's action it is at (len(actions) once finished)
 
 
 @dataclasses.dataclass(frozen=True)

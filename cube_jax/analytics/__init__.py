@@ -19,7 +19,8 @@ The plotting modules import matplotlib only when they draw.
 from cube_jax.analytics.balance import BALANCE_METRICS, coblock_gamma, episode_workload, workload_balance
 from cube_jax.analytics.intervals import bootstrap_ci, eval_intervals, summarize
 from cube_jax.analytics.metrics import (COST_METRICS, EMCOOP_LEGEND, EMCOOP_METRICS, EPISODE_ONLY_METRICS, METRICS,
-                                        NEGOTIATION_METRICS, OUTCOME_METRICS, episode_metrics)
+                                        NEGOTIATION_METRICS, OUTCOME_METRICS, REPAIR_METRICS, REPORTED_METRICS,
+                                        episode_metrics)
 from cube_jax.analytics.report import Report, TraceFailure, build_report, validate_traces, write_metrics_json
 from cube_jax.analytics.timeline import render_timeline
 from cube_jax.analytics.traces import load_trace, stratum, team_label, trace_paths
@@ -33,6 +34,8 @@ __all__ = [
     "METRICS",
     "NEGOTIATION_METRICS",
     "OUTCOME_METRICS",
+    "REPAIR_METRICS",
+    "REPORTED_METRICS",
     "Report",
     "TraceFailure",
     "bootstrap_ci",

@@ -30,6 +30,10 @@ least 1):
   non-null proposal, the share whose commitment equals it; 0 when none), and
   ``block_done_t`` (block id as a string -> ``t`` of the step record that delivered it),
   which is listed per episode and not averaged.
+- Plan repair (``--repair``, beyond section 6): ``repairs`` (``llm`` records with a
+  ``repair`` key: replies whose plan failed a check), ``repairs_reach``, ``repairs_quorum``,
+  ``repairs_clash`` (those by check) and ``repairs_unresolved`` (those whose plan ran
+  unrepaired, ``resent`` false); all 0 without plan repair.
 
 >>> from cube_jax.analytics.synthetic import random_trace
 >>> m = episode_metrics(random_trace(seed=0, n=2, steps=30, kind="heuristic", topology="individual"))
@@ -74,8 +78,14 @@ EMCOOP_METRICS = (
 COST_METRICS = ("llm_calls", "prompt_tokens", "completion_tokens", "latency_mean_s", "latency_p95_s",
                 "invalid_reply_rate", "fallbacks", "starved_rate", "reasoning_tokens", "tokens_per_decision")
 NEGOTIATION_METRICS = ("negotiations", "room_size_avg", "quorum_fail_rate", "commit_match_rate")
-# The metrics that are numbers, averaged across episodes with an interval.
+# The metrics of LLM.md section 6 that are numbers, averaged across episodes with an interval.
 METRICS = OUTCOME_METRICS + EMCOOP_METRICS + COST_METRICS + NEGOTIATION_METRICS
+# Plan repair (--repair, cube_jax.llm.repair), beyond section 6's list: ``llm`` records whose plan
+# failed a check (``repairs``, and per check), and of those the ones whose plan ran unrepaired
+# because the repair budget was spent (``repairs_unresolved``). All 0 without plan repair.
+REPAIR_METRICS = ("repairs", "repairs_reach", "repairs_quorum", "repairs_clash", "repairs_unresolved")
+# Every number the metrics give, averaged across episodes with an interval: section 6's, then ours.
+REPORTED_METRICS = METRICS + REPAIR_METRICS
 # The metrics listed per episode only: block_done_t maps block ids to steps.
 EPISODE_ONLY_METRICS = ("block_done_t",)
 
@@ -117,7 +127,8 @@ _NO_COUNTS = TaskCounts(required=1, spatial=0, temporal=0, participation=0, join
 
 def episode_metrics(records: Sequence[Union[dict, MetricRecord]]) -> Dict[str, object]:
     """Every metric of LLM.md section 6 for one episode's records (see the module docstring):
-    :data:`METRICS`, then :data:`EPISODE_ONLY_METRICS`.
+    :data:`METRICS`, then the plan repair counts (:data:`REPAIR_METRICS`), then
+    :data:`EPISODE_ONLY_METRICS`.
 
     ``records`` are dicts (as :func:`~cube_jax.trace.read_trace` returns them, or
     as a running episode keeps them) or the views of
@@ -196,8 +207,9 @@ def episode_metrics(records: Sequence[Union[dict, MetricRecord]]) -> Dict[str, o
         "C_dependency_ratio": 0.5,
     }
     metrics.update(_cost(llm_calls))
+    metrics.update(_repairs(llm_calls))
     metrics.update(rooms.metrics())
-    return {name: metrics[name] for name in METRICS + EPISODE_ONLY_METRICS}
+    return {name: metrics[name] for name in REPORTED_METRICS + EPISODE_ONLY_METRICS}
 
 
 def _mean(values: Sequence[float]) -> float:
@@ -399,6 +411,15 @@ def _cost(calls: list) -> Dict[str, object]:
         "reasoning_tokens": sum(call.reasoning_tokens for call in calls),
         "tokens_per_decision": tokens / decisions if decisions else 0.0,
     }
+
+
+def _repairs(calls: list) -> Dict[str, object]:
+    flagged = [call.repair for call in calls if call.repair is not None]
+    out: Dict[str, object] = {"repairs": len(flagged)}
+    for check in ("reach", "quorum", "clash"):
+        out[f"repairs_{check}"] = sum(r.check == check for r in flagged)
+    out["repairs_unresolved"] = sum(not r.resent for r in flagged)
+    return out
 
 
 class _Negotiations:

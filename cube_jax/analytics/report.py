@@ -51,7 +51,7 @@ from typing import Dict, Iterable, List, Sequence, Union
 from cube_jax.analytics.attribution import attribution_counts, attribution_summary, attribution_table, plan_failures
 from cube_jax.analytics.balance import record_workload, summarize_workload
 from cube_jax.analytics.intervals import CONFIDENCE, RESAMPLES, summarize
-from cube_jax.analytics.metrics import METRICS, episode_metrics
+from cube_jax.analytics.metrics import REPORTED_METRICS, episode_metrics
 from cube_jax.analytics.traces import (RecordError, collector_paused, header_fields, load_metric_records, problem_of,
                                       run_fields, trace_paths)
 from cube_jax.cpus import usable_cpus
@@ -182,7 +182,7 @@ def build_report(sources: Iterable[PathLike], *, jobs: int = 1, validate: bool =
     runs = [episode.pop("run") for episode in measured]
     strata = [run["scenario"] for run in runs]
     by_scenario = strata if len(set(strata)) > 1 else None
-    aggregate = summarize(measured, METRICS, by_scenario, confidence, seed, resamples)
+    aggregate = summarize(measured, REPORTED_METRICS, by_scenario, confidence, seed, resamples)
     balance = summarize_workload(measured, by_scenario, confidence, seed, resamples)
     return Report(episodes=measured, runs=runs, aggregate=aggregate, failures=failures, paths=paths, balance=balance)
 

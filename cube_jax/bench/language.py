@@ -19,13 +19,16 @@ def language_models(contender, tasks: Sequence[suite.Task]) -> Tuple[Optional[An
     from cube_jax.llm.factory import LanguageAgents, model_defaults
     from cube_jax.llm.local import LocalServer, is_local
     from cube_jax.llm.prompts import PromptBook
+    from cube_jax.runtime.watch import planner_decisions
 
     defaults = {**model_defaults(None, None, temperature=0.0, max_tokens=256, timeout=120.0, max_retries=2),
                 **contender.model_defaults}
     api_key = defaults.pop("api_key", None)
     max_repairs = defaults.pop("max_repairs", 2)
     server = {"threads": defaults.pop("local_threads", 1), "port": defaults.pop("local_port", 0)}
-    factory = LanguageAgents(ClientPool(api_key), defaults, PromptBook.default(), max_repairs=max_repairs)
+    repair = {"repair": bool(defaults.pop("repair", False)), "demos": int(defaults.pop("demos", 0))}
+    factory = LanguageAgents(ClientPool(api_key), defaults, PromptBook.default(), max_repairs=max_repairs, **repair,
+                             demo_player=planner_decisions)
     members = contender.members(tasks[0].num_agents, tasks[0].name)
     local = sum(is_local(factory.settings(m).model) for m in members if m.kind == "llm")
     if local:

@@ -140,7 +140,10 @@ class Contender:
                         "max_tokens": member.option("max_tokens", self.model_defaults.get("max_tokens")),
                         # reasoning models and reply modes, where they are not the defaults
                         **{k: v for k, default in (("reasoning_effort", None), ("reply_mode", "schema"))
-                           if (v := member.option(k, self.model_defaults.get(k, default))) != default}})
+                           if (v := member.option(k, self.model_defaults.get(k, default))) != default},
+
+                        # plan repair and worked examples (--repair, --demos K), only when on
+                        **{k: self.model_defaults[k] for k in ("repair", "demos") if self.model_defaults.get(k)}})
         return out
 
 

@@ -159,6 +159,7 @@ def add_model_arguments(group) -> None:
     group.add_argument("--local-threads", type=thread_count, default=1,
                        help="--model local: CPU threads of its server (default 1, fastest on a busy 2-core machine)")
     _add_reasoning_arguments(group)
+    _add_repair_arguments(group)
 
 
 def _add_reasoning_arguments(group) -> None:
@@ -187,6 +188,26 @@ def reasoning_settings(args) -> dict:
             "reply_mode": getattr(args, "reply_mode", "schema"),
             "reasoning_history": getattr(args, "reasoning_history", "none"),
             "drop_reasoning": getattr(args, "drop_reasoning", False)}
+
+
+
+# The most worked examples --demos gives (cube_jax.llm.demos.MAX_DEMOS): each is a whole state.
+MAX_DEMOS = 8
+
+
+def demo_count(text: str) -> int:
+    return parse_int(text, 0, MAX_DEMOS, "each example is a whole state in the prompt")
+
+
+def _add_repair_arguments(group) -> None:
+    """Plan repair and worked examples (cube_jax.llm.repair, cube_jax.llm.demos): the defaults
+    of every llm member, which a team file's ``repair`` / ``demos`` replace per member."""
+    group.add_argument("--repair", action="store_true",
+                       help="check every plan before it runs (reach, quorum, clash with teammates' plans) and "
+                            "re-prompt with the violated check, within --max-repairs")
+    group.add_argument("--demos", type=demo_count, default=0, metavar="K",
+                       help="K worked examples (a planner's decisions on other layouts of the world) in the system "
+                            f"prompt, 0..{MAX_DEMOS} (default 0)")
 
 
 def check_world(parser: argparse.ArgumentParser, args) -> None:

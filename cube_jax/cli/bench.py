@@ -131,9 +131,10 @@ def _run(parser, args) -> int:
                                      max_tokens=args.max_tokens, timeout=args.timeout, max_retries=args.retries,
                                      **reasoning_settings(args)),
                       "api_key": args.api_key, "max_repairs": args.max_repairs,
-                      "local_threads": args.local_threads, "local_port": args.local_port}
+                      "local_threads": args.local_threads, "local_port": args.local_port,
+                      **_repair_defaults(args)}
     env_steps = TIERS[args.tier] if args.tier else args.env_steps
-    contender = Contender(args.agent, args.label or args.agent, topology=args.topology,
+    contender = Contender(args.agent, args.label or _default_label(args), topology=args.topology,
                           tier=args.tier or (f"{env_steps:.0e} steps" if learner else None),
                           env_steps=env_steps if learner else None,
                           seeds=tuple(range(args.seeds)) if learner else (), overrides=tuple(args.set),
@@ -149,6 +150,21 @@ def _run(parser, args) -> int:
     print(f"entry written: {args.out / 'entry.json'} ({len(entry['tasks'])} task(s), "
           f"{entry['provenance'].get('wall_seconds', 0):.1f} s)")
     return 0
+
+
+def _repair_defaults(args) -> dict:
+    """--repair and --demos K for the language members (recorded in the entry's settings only
+    when on, so entries made without them read as before)."""
+    return {**({"repair": True} if args.repair else {}), **({"demos": args.demos} if args.demos else {})}
+
+
+def _default_label(args) -> str:
+    """The agent spec, marked with --repair and --demos K when a language member plays with
+    them, so that entries with and without them differ on the board."""
+    if "llm" not in [e.split(":", 1)[0] for e in args.agent.split(",")]:
+        return args.agent
+    marks = (["repair"] if args.repair else []) + ([f"demos {args.demos}"] if args.demos else [])
+    return f"{args.agent} ({', '.join(marks)})" if marks else args.agent
 
 
 def _import(parser, args) -> int:

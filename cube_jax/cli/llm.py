@@ -29,6 +29,12 @@ cooperation constraints the agent's last step left unmet; both are off by defaul
 recorded in the trace's ``episode`` record (the language agents' entries). ``--reply-schema
 plain`` sends the purpose's general JSON schema instead of the one built for each decision.
 
+``--repair`` checks every plan before it runs (the agent can reach the face it pushes from,
+the face's quorum can gather in time, no teammate's committed plan works the same block at
+another face) and re-prompts the model with the violated check, within ``--max-repairs``;
+``--demos K`` shows K worked examples (the heuristic's decisions on other layouts of the
+world) in the system prompt. Both are recorded in the trace's ``episode`` record.
+
 ``--resume OUT`` continues an interrupted run in OUT with the options it was started with
 (run.json): finished episodes are kept, the others are played again from their seeds, and
 ``metrics.json`` covers them all; with ``--record``, the exchanges an unfinished episode had
@@ -319,6 +325,7 @@ def language_agents(parser: argparse.ArgumentParser, args, members, prompts, rep
     from cube_jax.llm.client import ClientPool
 
     from cube_jax.llm.local import LocalServer, is_local
+    from cube_jax.runtime.watch import planner_decisions
 
     defaults = model_defaults(args.model, args.base_url, api_key_env=None, temperature=args.temperature,
                               max_tokens=args.max_tokens, timeout=args.timeout, max_retries=args.retries,
@@ -326,7 +333,9 @@ def language_agents(parser: argparse.ArgumentParser, args, members, prompts, rep
     factory = LanguageAgents(ClientPool(args.api_key), defaults, prompts, args.max_repairs,
                              strategy_tips=getattr(args, "strategy_tips", False),
                              feedback=getattr(args, "feedback", False),
-                             schema_kind=getattr(args, "reply_schema", "state"))
+                             schema_kind=getattr(args, "reply_schema", "state"),
+                             repair=getattr(args, "repair", False), demos=getattr(args, "demos", 0),
+                             demo_player=planner_decisions)
     if replay:
         return factory
     option = team_option(args)

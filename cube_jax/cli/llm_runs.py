@@ -28,16 +28,16 @@ EXCHANGES_DIR = "exchanges"
 # Settings a replay takes from the recorded run.
 REPLAYED = ("n", "scenario", "team", "topology", "budget", "episodes", "seed", "max_steps", "max_calls", "max_wall",
             "max_repairs", "model", "max_phases", "directive_timeout", "reply_mode", "reasoning_effort",
-            "reasoning_history", "drop_reasoning")
+            "reasoning_history", "drop_reasoning", "repair", "demos")
 # Of those, the ones older recordings may lack: the command's defaults stand in for them.
 REPLAYED_SINCE = ("max_phases", "directive_timeout", "reply_mode", "reasoning_effort", "reasoning_history",
-                  "drop_reasoning")
+                  "drop_reasoning", "repair", "demos")
 # What a resumed run must share with the run it continues (besides REPLAYED).
 RESUMED = REPLAYED + ("base_url", "temperature", "max_tokens", "timeout", "retries", "record", "prompts", "team_file",
                       "members", "models", "strategy_tips", "feedback", "reply_schema", "local_server",
                       "world_model")
 # Of those, the ones a run.json written before they existed may lack.
-RESUMED_SINCE = ("strategy_tips", "feedback", "reply_schema", "local_server", "world_model")
+RESUMED_SINCE = ("strategy_tips", "feedback", "reply_schema", "local_server", "world_model", "repair", "demos")
 # How a trace's end record reads when its episode was cut short (cube_jax.trace.writer).
 UNFINISHED_REASONS = ("interrupted", "closed without an end record", "error:")
 

@@ -139,13 +139,13 @@ def run(parser: argparse.ArgumentParser, args) -> int:
 
 def summary_table(report, confidence: float) -> str:
     from cube_jax.analytics.balance import BALANCE_METRICS
-    from cube_jax.analytics.metrics import METRICS
+    from cube_jax.analytics.metrics import REPORTED_METRICS
 
     strata = sorted(set(report.strata))
     lines = [f"{len(report.episodes)} episodes from {len(report.paths)} trace files; scenarios: {', '.join(strata)}"
              + (" (intervals stratified by scenario)" if len(strata) > 1 else ""),
              f"{'metric':<24} mean [{confidence:.0%} interval]"]
-    lines += [f"{metric:<24} {interval_text(report.aggregate[metric])}" for metric in METRICS]
+    lines += [f"{metric:<24} {interval_text(report.aggregate[metric])}" for metric in REPORTED_METRICS]
     for metric in BALANCE_METRICS:
         summary = report.balance.get(metric)
         shown = (f"{interval_text(summary)} ({summary['episodes']} of {len(report.episodes)} episodes)"

@@ -7,7 +7,9 @@ corrective re-prompts quoting the error, at most ``max_repairs``), and turns the
 reply into a :class:`~cube_jax.agents.Decision`. When it cannot get a valid reply, the
 server fails after its retries, or the runtime refuses a further call (a limit), it falls
 back to ``idle(1)`` with the spec ``fallback(agent_k)`` (a message turn sends nothing; a
-negotiation ``proposal`` or ``commitment`` chooses no block) and the decision says so. Every model call is reported to the runtime as it ends
+negotiation ``proposal`` or ``commitment`` chooses no block) and the decision says so. With ``repair`` every plan is checked before it is committed
+(:mod:`cube_jax.llm.repair`), and with ``demos`` the system prompt shows worked examples
+(:mod:`cube_jax.llm.demos`). Every model call is reported to the runtime as it ends
 (``ctx.calls``), which writes its trace ``llm`` record and ends an episode whose server
 keeps failing.
 
@@ -38,7 +40,8 @@ class LLMAgent(Agent):
 
     def __init__(self, client: ChatModel, prompts: Optional[PromptBook] = None, max_repairs: int = 2, *,
                  strategy_tips: bool = False, feedback: bool = False, schema_kind: str = "state",
-                 reply: ReplyOptions = ReplyOptions()):
+                 reply: ReplyOptions = ReplyOptions(), repair: bool = False, demos: int = 0,
+                 demo_pool: Any = None):
         if max_repairs < 0:
             raise ValueError(f"LLMAgent: max_repairs must be >= 0, got {max_repairs!r}")
         if schema_kind not in SCHEMA_KINDS:
@@ -55,9 +58,18 @@ class LLMAgent(Agent):
         self.reply = reply  # the reply mode and what is kept of a reasoning model's thinking
         self.decisions: Deque[Dict[str, Any]] = collections.deque(maxlen=8)
         self.last_prompt = None  # the messages of the latest request (for inspection and docs)
+        # Plan repair (cube_jax.llm.repair) and worked examples (cube_jax.llm.demos): both are
+        # recorded in the trace's episode record when on.
+        self.repair = bool(repair)
+        if demos and demo_pool is None:
+            raise ValueError("LLMAgent: demos need the world's demo_pool (cube_jax.llm.demos.demo_pool)")
+        self.demos = int(demos)
+        self.demo_pool = demo_pool
+        self.examples: Optional[list] = None  # this episode's examples, chosen at its first decision
 
     def reset(self, agent: int, num_agents: int, seed: int) -> None:
         self.decisions.clear()
+        self.examples = None
 
     def reply_context(self, ctx: DecisionContext) -> ReplyContext:
         return ReplyContext(
@@ -84,15 +96,38 @@ class LLMAgent(Agent):
         if self.schema_kind != "state":
             out["reply_schema"] = self.schema_kind
         out.update(self.reply.describe())
+        if self.repair:
+            out["repair"] = True
+        if self.demos:
+            out["demos"] = self.demos
         return out
+
+    def _examples(self, ctx: DecisionContext) -> list:
+        """This episode's worked examples: chosen at its first decision (at t = 0, whose state
+        is the episode's layout, which no example may show)."""
+        if not self.demos:
+            return []
+        if self.examples is None:
+            from cube_jax.llm.demos import layout_key
+
+            self.examples = self.demo_pool.examples(ctx.agent, self.demos, layout_key(ctx.state))
+        return self.examples
 
     async def decide(self, ctx: DecisionContext) -> Decision:
         messages = self.prompts.render(ctx, list(self.decisions), strategy_tips=self.strategy_tips,
-                                       feedback=self.feedback)
+                                       feedback=self.feedback, demos=self._examples(ctx))
         self.last_prompt = messages
-        outcome = await ask(self.client, messages, ctx.purpose.value, self.reply_context(ctx),
-                            max_repairs=self.max_repairs, ledger=ctx.calls, schema_kind=self.schema_kind,
-                            options=self.reply)
+        if self.repair:
+            from cube_jax.llm.repair import ask_with_repair, plan_of, review_plan
+
+            outcome, _ = await ask_with_repair(
+                self.client, messages, ctx.purpose.value, self.reply_context(ctx),
+                lambda reply: review_plan(ctx, plan_of(reply)), max_repairs=self.max_repairs, ledger=ctx.calls,
+                schema_kind=self.schema_kind, options=self.reply)
+        else:
+            outcome = await ask(self.client, messages, ctx.purpose.value, self.reply_context(ctx),
+                                max_repairs=self.max_repairs, ledger=ctx.calls, schema_kind=self.schema_kind,
+                                options=self.reply)
         if outcome.fallback:
             if ctx.purpose in (Purpose.PROPOSAL, Purpose.COMMITMENT):
                 decision = Decision(block=None, fallback=True, note=outcome.error)

@@ -31,6 +31,17 @@ class LanguageAgents:
     feedback: bool = False
     schema_kind: str = "state"
     resume_from: Optional[List[Any]] = None  # exchanges an unfinished episode recorded, to serve again
+    # plan repair and worked examples (cube_jax.llm.repair, cube_jax.llm.demos): the command's
+    # --repair and --demos K, which a member's own ``repair`` / ``demos`` (a team file) replace
+    repair: bool = False
+    demos: int = 0
+    # play(env, layout, max_steps=...): a planner's episode on a demo layout, with its decisions
+    # (cube_jax.runtime.watch.planner_decisions, handed in by the commands: see cube_jax.llm.demos)
+    demo_player: Any = None
+
+    def repair_settings(self, member) -> Dict[str, Any]:
+        """``{"repair": bool, "demos": K}`` of ``member``: its own over the command's."""
+        return {"repair": bool(member.option("repair", self.repair)), "demos": int(member.option("demos", self.demos))}
 
     def settings(self, member):
         """The member's :class:`~cube_jax.llm.ModelSettings` (its own over the defaults), as
@@ -73,10 +84,13 @@ class LanguageAgents:
 
     def __call__(self, env, member, ids):
         from cube_jax.llm.agent import LLMAgent
+        from cube_jax.llm.demos import demo_pool
         from cube_jax.llm.recording import RecordingClient, ReplayClient
         from cube_jax.names import agent_name
 
         reply = self.reply_options(member)
+        extra = self.repair_settings(member)
+        pool = demo_pool(env, extra["demos"], self.demo_player) if extra["demos"] else None
         agents = []
         for i in ids:
             if self.replay_from is not None:
@@ -88,7 +102,8 @@ class LanguageAgents:
                     client = RecordingClient(client, self.record_to, agent=agent_name(i), reuse=earlier)
             agents.append(LLMAgent(client, prompts=self.prompts, max_repairs=self.max_repairs,
                                    strategy_tips=self.strategy_tips, feedback=self.feedback,
-                                   schema_kind=self.schema_kind, reply=reply))
+                                   schema_kind=self.schema_kind, reply=reply, repair=extra["repair"],
+                                   demos=extra["demos"], demo_pool=pool))
         return agents
 
 

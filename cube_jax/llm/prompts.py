@@ -16,6 +16,9 @@ Templates make a prompt (LLM.md section 4):
   one): the room, the proposals and commitments so far, the suggested team sizes, the
   guidebook and, once allocated, the block and its plan library;
 * ``tips.j2`` (with ``strategy_tips``): EmCoop's strategy advice (its Appendix H.4);
+* ``demos.j2`` (included by ``system.j2`` with ``--demos K``): worked examples, each a state
+  rendered by ``user.j2`` as the agent's own prompt shows one and a planner's reply there
+  (:mod:`cube_jax.llm.demos`);
 * ``constraints.j2`` (with ``feedback``): the cooperation constraints (spatial, temporal,
   participation) that the agent's last step left unmet at the block it worked on (EmCoop's
   RQ3 feedback).
@@ -28,10 +31,11 @@ variables each template receives are those of :meth:`PromptBook.variables`.
 >>> import cube_jax
 >>> book = PromptBook()
 >>> sorted(book.template_names())
-['constraints.j2', 'negotiation.j2', 'system.j2', 'tips.j2', 'user.j2']
+['constraints.j2', 'demos.j2', 'negotiation.j2', 'system.j2', 'tips.j2', 'user.j2']
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 import shutil
@@ -40,14 +44,14 @@ from typing import Any, Dict, List, Optional, Sequence, Union
 
 import jinja2
 
-from cube_jax.agents.base import DecisionContext, Purpose, Reason
+from cube_jax.agents.base import DecisionContext, Purpose, Reason, TopologyView
 from cube_jax.core.types import ACTION_NAMES
 from cube_jax.names import LLM_PURPOSES, agent_name
 from cube_jax.llm.replies import ReplyContext, reply_example
 from cube_jax.symbolic.actions import ACTION_SPECS
 
 TEMPLATE_DIR = Path(__file__).resolve().parent / "templates"
-TEMPLATES = ("system.j2", "user.j2", "negotiation.j2", "tips.j2", "constraints.j2")
+TEMPLATES = ("system.j2", "user.j2", "negotiation.j2", "tips.j2", "constraints.j2", "demos.j2")
 STAGE_WORDS = {"R": "deciding", "W": "committed, waiting to start", "X": "executing", "I": "interrupted, deciding"}
 # How much of the agent's own past a prompt shows.
 HISTORY_STEPS = 8
@@ -123,6 +127,7 @@ class PromptBook:
             "role": ctx.topology.role,
             "examples": self.examples(ctx),
             "may_message": bool(ctx.topology.may_send and ctx.topology.allowed_recipients),
+            "demos": [],
         }
 
     @staticmethod
@@ -200,18 +205,37 @@ class PromptBook:
 
     # -- rendering ----------------------------------------------------------------------------
     def render(self, ctx: DecisionContext, decisions: Sequence[Dict[str, Any]] = (), *, strategy_tips: bool = False,
-               feedback: bool = False) -> List[Dict[str, str]]:
+               feedback: bool = False, demos: Sequence[Any] = ()) -> List[Dict[str, str]]:
         """The chat messages ``[system, user]`` for this decision; ``strategy_tips`` and
-        ``feedback`` switch on the sections of ``tips.j2`` and ``constraints.j2``."""
+        ``feedback`` switch on the sections of ``tips.j2`` and ``constraints.j2``; ``demos``
+        (:class:`~cube_jax.llm.demos.DemoDecision`) are the worked examples of ``demos.j2``."""
         key = (ctx.agent, ctx.num_agents, ctx.views.grid_size, ctx.max_steps, ctx.step_cost, ctx.topology.name,
                ctx.topology.role, ctx.topology.may_send, frozenset(ctx.topology.allowed_recipients),
-               len(ctx.views.blocks))
+               len(ctx.views.blocks), tuple(d.key for d in demos), bool(demos) and (strategy_tips, feedback))
         system = self._system_cache.get(key)
         if system is None:
-            system = self._system_cache[key] = self._render(self._system, self.system_variables(ctx))
+            variables = self.system_variables(ctx)
+            variables["demos"] = [self.demo(ctx, d, strategy_tips=strategy_tips, feedback=feedback) for d in demos]
+            system = self._system_cache[key] = self._render(self._system, variables)
         user = self._render(self._user, self.user_variables(ctx, decisions, strategy_tips=strategy_tips,
                                                             feedback=feedback))
         return [{"role": "system", "content": system}, {"role": "user", "content": user}]
+
+    def demo(self, ctx: DecisionContext, demo: Any, *, strategy_tips: bool = False,
+             feedback: bool = False) -> Dict[str, str]:
+        """One worked example for the agent of ``ctx``: ``{"prompt", "reply"}``, the demo's
+        state rendered by ``user.j2`` as this agent's prompts render a state (its topology
+        view without this turn's instructions) and the planner's reply
+        (:func:`cube_jax.llm.demos.demo_reply`)."""
+        from cube_jax.llm.demos import demo_reply
+
+        live = ctx.topology
+        view = TopologyView(live.name, live.role, live.may_send, frozenset(live.allowed_recipients),
+                            live.message_budget)
+        shown = dataclasses.replace(demo.ctx, topology=view, inbox=(), sent=(), negotiation=None)
+        prompt = self._render(self._user, self.user_variables(shown, demo.decisions, strategy_tips=strategy_tips,
+                                                              feedback=feedback))
+        return {"prompt": prompt.strip(), "reply": demo_reply(demo.ctx, demo.plan)}
 
     def _render(self, template: jinja2.Template, variables: Dict[str, Any]) -> str:
         try:

@@ -63,7 +63,8 @@ class EpisodeState:
     def snapshot_partners(self) -> None:
         """Every agent's stage, plan and action as a phase begins: what each member of the
         phase sees of its teammates, whoever of them decides first."""
-        self.partners = tuple(PartnerState(s.index, s.stage, None if s.plan is None else s.plan.spec, s.action)
+        self.partners = tuple(PartnerState(s.index, s.stage, None if s.plan is None else s.plan.spec, s.action,
+                                           plan=s.plan, plan_index=self.executor.agents[s.index].index)
                               for s in self.slots)
 
     @property

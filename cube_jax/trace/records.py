@@ -120,6 +120,24 @@ class TaskCounts(msgspec.Struct, frozen=True, gc=False):
     joint: NonNegativeInt
 
 
+# The checks of plan repair (cube_jax.llm.repair), as an ``llm`` record's ``repair`` names them.
+REPAIR_CHECKS = ("reach", "quorum", "clash")
+
+
+class RepairInfo(msgspec.Struct, gc=False):
+    """An ``llm`` record's ``repair`` key (``--repair``): the call's reply was valid but its
+    plan failed ``check`` at ``face`` of ``block`` (action ``action_index``); ``resent``: the
+    model was re-prompted with it (false: the repair budget was spent and the plan ran as
+    it was)."""
+
+    check: Literal[REPAIR_CHECKS]
+    detail: str
+    resent: bool
+    block: Optional[BlockId] = None
+    face: Optional[Literal[FACE_NAMES]] = None
+    action_index: Optional[NonNegativeInt] = None
+
+
 # --- the records ---------------------------------------------------------------------------------
 
 
@@ -185,6 +203,7 @@ class LLMRecord(TraceRecord, tag="llm"):
     finish_reason: Optional[str] = None
     starved: bool = False  # an empty answer at the token limit: valid is false
     reply_mode: Optional[Literal[REPLY_MODES]] = None
+    repair: Optional[RepairInfo] = None  # plan repair (--repair): the check this reply's plan failed
 
     def __post_init__(self):
         if self.starved and self.valid:
@@ -301,5 +320,5 @@ def record_views(keys: Mapping[str, Sequence[str]], prefix: str = "", *, wall: b
 __all__ = ["AgentInfo", "AnyRecord", "BLOCK_KEY", "EXCERPT", "EndRecord", "EpisodeRecord", "FACE_NAMES", "LLMRecord",
            "LLM_PURPOSES", "LayoutInfo", "MESSAGE_KINDS", "MessageRecord", "NegotiationRecord", "NoticeRecord",
            "OUTCOME_COUNTS", "OUTCOME_KEYS", "Outcome", "PLAN_EVENTS", "PlanRecord", "RECORD_CLASSES", "RECORD_TYPES",
-           "RecordRuleError", "SCHEMA_VERSION", "STAGES", "StageRecord", "StepRecord", "TASK_KEY", "TaskCounts",
-           "TraceRecord", "agent_name", "outcome_fields", "record_views", "required_keys"]
+           "REPAIR_CHECKS", "RecordRuleError", "RepairInfo", "SCHEMA_VERSION", "STAGES", "StageRecord", "StepRecord",
+           "TASK_KEY", "TaskCounts", "TraceRecord", "agent_name", "outcome_fields", "record_views", "required_keys"]

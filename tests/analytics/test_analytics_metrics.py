@@ -21,6 +21,7 @@ import cube_jax.analytics.synthetic
 import cube_jax.analytics.timeline
 import cube_jax.analytics.traces
 from cube_jax.analytics.metrics import (EMCOOP_LEGEND, EMCOOP_METRICS, EPISODE_ONLY_METRICS, METRICS, RATIO_METRICS,
+                                        REPORTED_METRICS,
                                         episode_metrics)
 from cube_jax.analytics.synthetic import random_trace
 from cube_jax.analytics.traces import decode_records, load_trace
@@ -465,7 +466,7 @@ def test_metric_invariants_on_random_traces(params):
     records = random_trace(**params)
     m = episode_metrics(records)
     n = params["n"]
-    assert list(m) == list(METRICS + EPISODE_ONLY_METRICS)
+    assert list(m) == list(REPORTED_METRICS + EPISODE_ONLY_METRICS)
     for key in RATIO_METRICS:
         assert 0.0 <= m[key] <= 1.0, key
     if m["P_int"] > 0:

@@ -14,7 +14,7 @@ from cube_jax.analytics.balance import BALANCE_KEYS, BALANCE_METRICS
 from cube_jax.analytics.compare import (compare_runs, csv_text, drawable_metrics, markdown_table, radar_values,
                                        table_metrics)
 from cube_jax.analytics.intervals import summarize
-from cube_jax.analytics.metrics import EPISODE_ONLY_METRICS, METRICS, episode_metrics
+from cube_jax.analytics.metrics import EPISODE_ONLY_METRICS, METRICS, REPORTED_METRICS, episode_metrics
 from cube_jax.analytics.report import build_report, measure_traces, validate_traces, write_metrics_json
 from cube_jax.analytics.synthetic import random_trace
 from cube_jax.analytics.timeline import render_timeline, timeline_axis
@@ -48,12 +48,12 @@ def test_metrics_json_has_every_metric_per_episode_and_in_the_aggregate(runs_fol
     assert set(doc) == {"episodes", "aggregate", "failure_attribution"}
     assert len(doc["episodes"]) == 16
     for episode in doc["episodes"]:
-        assert set(episode) == {"trace", "seed", *METRICS, *EPISODE_ONLY_METRICS, *BALANCE_KEYS, "plan_failures",
+        assert set(episode) == {"trace", "seed", *REPORTED_METRICS, *EPISODE_ONLY_METRICS, *BALANCE_KEYS, "plan_failures",
                                 "failures_by_constraint"}
         assert Path(episode["trace"]).exists() and isinstance(episode["seed"], int)
     first = doc["episodes"][0]
-    assert {k: first[k] for k in METRICS + EPISODE_ONLY_METRICS} == episode_metrics(load_trace(first["trace"]))
-    assert set(METRICS) <= set(doc["aggregate"]) <= set(METRICS) | set(BALANCE_METRICS)
+    assert {k: first[k] for k in REPORTED_METRICS + EPISODE_ONLY_METRICS} == episode_metrics(load_trace(first["trace"]))
+    assert set(REPORTED_METRICS) <= set(doc["aggregate"]) <= set(REPORTED_METRICS) | set(BALANCE_METRICS)
     for metric in METRICS:
         summary = doc["aggregate"][metric]
         assert set(summary) == {"mean", "ci_low", "ci_high"}
@@ -68,7 +68,7 @@ def test_metrics_json_has_every_metric_per_episode_and_in_the_aggregate(runs_fol
 def test_the_aggregate_is_stratified_by_scenario(runs_folder):
     report = build_report([runs_folder], resamples=2000)
     assert sorted(set(report.strata)) == ["easy", "hard"]
-    assert report.aggregate == summarize(report.episodes, METRICS, report.strata, resamples=2000)
+    assert report.aggregate == summarize(report.episodes, REPORTED_METRICS, report.strata, resamples=2000)
 
 
 def test_processes_give_the_same_report(tmp_path):

@@ -140,7 +140,7 @@ def test_the_base_url_may_come_from_the_environment(tmp_path, capsys, monkeypatc
 def test_prompt_templates_can_be_copied_and_used(tmp_path, capsys):
     folder = tmp_path / "prompts"
     code, captured = llm(["--write-prompts", str(folder)], capsys)
-    assert code == 0 and sorted(os.listdir(folder)) == ["constraints.j2", "negotiation.j2", "system.j2", "tips.j2", "user.j2"]
+    assert code == 0 and sorted(os.listdir(folder)) == ["constraints.j2", "demos.j2", "negotiation.j2", "system.j2", "tips.j2", "user.j2"]
     (folder / "system.j2").write_text((folder / "system.j2").read_text().replace("CUBE is a cooperative", "CUBE (edited) is a cooperative"))
     with FakeOpenAI(responder=responder) as server:
         code, _ = llm(["--scenario", "easy", "--model", "m", "--base-url", server.url, "--episodes", "1", "--prompts",
