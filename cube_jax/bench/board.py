@@ -50,7 +50,9 @@ LEGEND = ("Means with 95% bootstrap intervals over n episodes (over training run
           "learn); IQM is the interquartile mean. Tier — marks agents that do not learn; S and M "
           "are tiers of agents that learn, and each tier is ranked on its own. Δ vs members: a "
           "mixed team's success minus the mean success of its members playing alone (n/a when a "
-          "member has no entry on the task). verified: ✓ passed, ✗ failed, – not checked.")
+          "member has no entry on the task). tokens / call: a language model's prompt and completion "
+          "tokens per model call, the reasoning tokens among them in parentheses. verified: ✓ passed, "
+          "✗ failed, – not checked.")
 FIXED_LAYOUT_NOTE = "Scored on the task's one fixed layout."
 
 
@@ -131,6 +133,12 @@ def _row(entries: Sequence[dict], entry: dict, task: str, mode: str, verified: M
         row[f"{metric}_ci"] = tuple(aggregate[metric]["mean_ci"])
     row["success_iqm"], row["success_iqm_ci"] = aggregate["success"]["iqm"], tuple(aggregate["success"]["iqm_ci"])
     row["delta"] = _delta(entries, entry, task, mode, row["success_mean"])
+    tokens = scores.get("tokens") or {}
+    calls = tokens.get("model_calls", 0)
+    # a language model's cost: prompt and completion tokens per call (completion counts the
+    # reasoning tokens, shown apart too); entries that call no model leave it empty
+    row["tokens_per_call"] = (tokens.get("prompt_tokens", 0) + tokens.get("completion_tokens", 0)) / calls if calls else None
+    row["reasoning_per_call"] = tokens.get("reasoning_tokens", 0) / calls if calls else None
     return row
 
 
@@ -173,6 +181,13 @@ def _delta_text(row: dict) -> str:
     return "n/a" if row["kind"] == "mixed" else ""
 
 
+def _tokens_text(row: dict) -> str:
+    if row["tokens_per_call"] is None:
+        return ""
+    reasoning = row["reasoning_per_call"]
+    return f"{row['tokens_per_call']:.0f}" + (f" ({reasoning:.0f})" if reasoning else "")
+
+
 class Column(NamedTuple):
     header: str
     cell: Callable[[dict], str]
@@ -191,6 +206,7 @@ COLUMNS = (
     Column("blocks [95% CI]", lambda row: _interval(row["blocks_mean"], row["blocks_ci"]), numeric=True),
     Column("return [95% CI]", lambda row: _interval(row["return_mean"], row["return_ci"]), numeric=True),
     Column("Δ vs members", _delta_text, numeric=True),
+    Column("tokens / call (reasoning)", lambda row: _tokens_text(row), numeric=True),
     Column("verified", lambda row: row["verified"]),
     Column("commit", lambda row: row["commit"]),
 )

@@ -175,3 +175,16 @@ def test_the_page_opens_from_disk_in_a_browser(entries, tmp_path, browser):
     context.close()
     assert errors == []
     assert screenshot.read_bytes().startswith(PNG_SIGNATURE) and screenshot.stat().st_size > 20_000
+
+
+def test_a_language_models_tokens_per_call_show_its_reasoning_apart(tmp_path):
+    folder = write_entries(tmp_path / "entries", names=("heuristic",))
+    document = json.loads((folder / "heuristic" / "entry.json").read_text())
+    for record in document["tasks"].values():  # 10 calls: 9000 prompt, 1000 completion of which 400 reasoning
+        record["tokens"] = {"model_calls": 10, "prompt_tokens": 9000, "completion_tokens": 1000, "reasoning_tokens": 400}
+    (folder / "heuristic" / "entry.json").write_text(json.dumps(document))
+    rows = board_rows(load_entries([folder]))
+    assert {row["tokens_per_call"] for row in rows} == {1000.0} and {row["reasoning_per_call"] for row in rows} == {40.0}
+    assert "| 1000 (40) |" in render_markdown(rows)
+    plain = board_rows(load_entries([write_entries(tmp_path / "plain", names=("heuristic",))]))
+    assert all(row["tokens_per_call"] is None for row in plain)
