@@ -11,7 +11,7 @@ import pytest
 
 import cube_jax
 from cube_jax import cli
-from cube_jax.llm import ModelClient, ReplyContext, ReplyOptions, ask, decision_schema
+from cube_jax.llm import ModelClient, ReplyOptions, ask, decision_schema
 from cube_jax.llm.agent import LLMAgent
 from cube_jax.llm.client import refuses_mode
 from cube_jax.trace import read_trace
@@ -19,18 +19,7 @@ from cube_jax.testing.fake_openai import FakeOpenAI, Reply
 from cube_jax.testing.sound_model import ME, responder
 from tests.trace_helpers import of, per_agent, play
 
-USER = [{"role": "user", "content": "Plan your next move."}]
-CONTEXT = ReplyContext(num_agents=3, block_alive=(True, True, False), agent=0,
-                       allowed_recipients=frozenset({1, 2}), message_budget=2)
-GOOD = '{"spec": "push_block(block#1)", "plan": "move_to_block(1, left); push_block(1, 5)", "messages": []}'
-
-
-class Sleeps:
-    def __init__(self):
-        self.delays = []
-
-    async def __call__(self, seconds):
-        self.delays.append(seconds)
+from tests.llm.test_llm_client import CONTEXT, GOOD, USER, Sleeps
 
 
 def make_client(url, **options):
