@@ -17,12 +17,13 @@ def test_every_kind_is_declared_once_with_what_callers_need():
         "negotiator": (False, None, None),
         "random": (True, None, None),
         "policy": (True, "checkpoint folder", None),
+        "builtin": (True, "name", None),
         "llm": (False, "model[@base URL]", "cube-jax llm and cube-jax serve"),
         "human": (False, None, "cube-jax serve"),
     }
     assert all(k.description for k in registry.kinds())
-    assert registry.names(provided=["human", "llm"]) == ("heuristic", "team", "negotiator", "random", "policy", "llm",
-                                                         "human")
+    assert registry.names(provided=["human", "llm"]) == ("heuristic", "team", "negotiator", "random", "policy",
+                                                         "builtin", "llm", "human")
     with pytest.raises(ValueError, match="already registered"):
         registry.register(registry.AgentKind("team", "again", build=lambda env, m, ids: []))
 
