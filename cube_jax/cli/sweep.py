@@ -169,16 +169,15 @@ def table(summary: Dict[str, Any]) -> str:
     head = [*keys, "greedy success", "sampled success", "greedy blocks", "train success (last)"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for row in summary["rows"]:
-        mark = " **(chosen)**" if row is summary["best"] or row == summary["best"] else ""
+        mark = " **(chosen)**" if row == summary["best"] else ""
         last = row["train_success_last"]
         cells = [*(str(row["values"][k]) for k in keys), _cell(row["greedy_success_rate"]) + mark,
                  _cell(row["sampled_success_rate"]), _cell(row["greedy_blocks_delivered_frac"]),
                  "-" if last is None else f"{last:.3f}"]
         lines.append("| " + " | ".join(cells) + " |")
-    seeds = summary["overrides"]
     return "\n".join([f"{summary['algo']} sweep{' on ' + summary['task'] if summary['task'] else ''}; "
                       f"{summary['rows'][0]['env_steps']:,} env steps per point and seed; "
-                      f"{[o for o in seeds if o.startswith('num_seeds=')][0].split('=')[1]} seeds; "
+                      f"{summary['groups'][0]['num_seeds']} seeds; "
                       f"mean [95% bootstrap interval over seeds]", "", *lines])
 
 
