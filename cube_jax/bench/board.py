@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Callable, Dict, List, Mapping, NamedTuple, Optional, Sequence
 from urllib.parse import quote
 
+from cube_jax.bench import crossplay as crossplays
 from cube_jax.bench.entry import ENTRY_FILE, read_entry
 from cube_jax.core import suite
 
@@ -59,27 +60,39 @@ FIXED_LAYOUT_NOTE = "Scored on the task's one fixed layout."
 # --- reading entries -----------------------------------------------------------------------------
 
 
-def _read_entry(folder: Path) -> dict:
-    """The entry in ``folder`` (checked by :func:`cube_jax.bench.entry.read_entry`), named by it."""
-    return dict(read_entry(folder), id=folder.name, folder=folder)
+def _read_entry(folder: Path, name: str) -> dict:
+    """The entry in ``folder`` (checked by :func:`cube_jax.bench.entry.read_entry`), named ``name``."""
+    return dict(read_entry(folder), id=name, folder=folder)
+
+
+def entry_folders(path: Path, name: str | None = None) -> List[tuple]:
+    """``(folder, name)`` of every entry under ``path``: ``path`` itself when it holds
+    ``entry.json`` or holds no folder, else the entries under each of its subfolders (a folder
+    of entry folders, or of such folders: cross-play keeps one per task), named by their
+    path below ``path``."""
+    path = Path(path)
+    is_parent = path.is_dir() and not (path / ENTRY_FILE).exists() and any(p.is_dir() for p in path.iterdir())
+    if not is_parent:
+        return [(path, name or path.name)]
+    found = []
+    for sub in sorted(p for p in path.iterdir() if p.is_dir()):
+        found.extend(entry_folders(sub, f"{name}/{sub.name}" if name else sub.name))
+    return found
 
 
 def load_entries(paths: Sequence[Path]) -> List[dict]:
-    """The entries in ``paths``, sorted by folder name. Each path is an entry folder (it holds
-    ``entry.json``) or a folder whose subfolders are all entry folders. ValueError, naming the
+    """The entries in ``paths``, sorted by name. Each path is an entry folder (it holds
+    ``entry.json``) or a folder of entry folders, or of folders of them (:func:`entry_folders`);
+    an entry is named by its folder's path below the folder given. ValueError, naming the
     file, when an ``entry.json`` is missing or not JSON, or when two entries share a name."""
-    folders = []
+    found = []
     for path in map(Path, paths):
-        is_parent = path.is_dir() and not (path / ENTRY_FILE).exists() and any(p.is_dir() for p in path.iterdir())
-        folders.extend(sorted(p for p in path.iterdir() if p.is_dir()) if is_parent else [path])
-    entries = sorted((_read_entry(folder) for folder in folders), key=lambda entry: entry["id"])
+        found.extend(entry_folders(path))
+    entries = sorted((_read_entry(folder, name) for folder, name in found), key=lambda entry: entry["id"])
     for first, second in zip(entries, entries[1:]):
         if first["id"] == second["id"]:
             raise ValueError(f"two entries are named {first['id']!r}: folder names must differ")
     return entries
-
-
-# --- rows ----------------------------------------------------------------------------------------
 
 
 def _order(value: str, known: Sequence[str]) -> tuple:
@@ -228,8 +241,10 @@ def _markdown_line(cells: Sequence[str]) -> str:
     return "| " + " | ".join(cells) + " |"
 
 
-def render_markdown(rows: Sequence[dict], picture_name: str | None = "leaderboard.png") -> str:
-    """The board as Markdown: a GitHub table per task, the picture near the top."""
+def render_markdown(rows: Sequence[dict], picture_name: str | None = "leaderboard.png",
+                    crossplay: Sequence[crossplays.Matrix] = (), crossplay_picture: str | None = None) -> str:
+    """The board as Markdown: a GitHub table per task, the picture near the top, then the
+    cross-play matrices (:mod:`cube_jax.bench.crossplay`) when there are any."""
     lines = [f"# {TITLE}", "", GENERATED_NOTE.format(command="`cube-jax bench board`"), ""]
     if picture_name:
         lines += [f"![board]({quote(picture_name)})", ""]
@@ -241,6 +256,7 @@ def render_markdown(rows: Sequence[dict], picture_name: str | None = "leaderboar
         lines += ["", FIXED_LAYOUT_NOTE, ""] if task_rows[0]["fixed_layout"] else [""]
     if not rows:
         lines += ["No entries.", ""]
+    lines += crossplays.render_markdown(crossplay, crossplay_picture and quote(crossplay_picture))
     return "\n".join(lines)
 
 
@@ -313,8 +329,28 @@ def _html_table(task_rows: Sequence[dict]) -> str:
     return f"<table>\n<thead><tr>{header}</tr></thead>\n<tbody>\n" + "\n".join(body) + "\n</tbody>\n</table>"
 
 
-def render_html(rows: Sequence[dict], picture_name: str | None) -> str:
-    """The board as a standalone page: the Markdown's tables, with the picture when named."""
+def _crossplay_html(found: Sequence[crossplays.Matrix], picture_name: str | None) -> List[str]:
+    if not found:
+        return []
+    parts = [f'<section id="crossplay">\n<h2>{crossplays.TITLE}</h2>', f'<p class="note">{html.escape(crossplays.NOTE)}</p>']
+    if picture_name:
+        parts.append(f'<img src="{html.escape(quote(picture_name))}" alt="cross-play success matrices">')
+    for matrix in found:
+        header = "".join(f"<th>{html.escape(m)}</th>" for m in matrix.members)
+        body = "\n".join(
+            f"<tr><th>{html.escape(row)}</th>" + "".join(
+                f"<td{NUMERIC_CLASS}>{crossplays.fixed(matrix.success(row, column))}</td>" for column in matrix.members)
+            + "</tr>" for row in matrix.members)
+        parts += [f"<h3>{html.escape(matrix.task)}</h3>",
+                  f"<table>\n<thead><tr><th>team joined ↓ · newcomer →</th>{header}</tr></thead>\n<tbody>\n{body}"
+                  "\n</tbody>\n</table>"]
+    return parts + ["</section>"]
+
+
+def render_html(rows: Sequence[dict], picture_name: str | None, crossplay: Sequence[crossplays.Matrix] = (),
+                crossplay_picture: str | None = None) -> str:
+    """The board as a standalone page: the Markdown's tables, with the picture when named,
+    then the cross-play matrices."""
     parts = ['<!doctype html>\n<html lang="en">\n<head>\n<meta charset="utf-8">',
              f"<title>{TITLE}</title>\n<style>\n{STYLE}\n</style>\n</head>\n<body>", f"<h1>{TITLE}</h1>",
              f'<p class="note">{GENERATED_NOTE.format(command="<code>cube-jax bench board</code>")}</p>']
@@ -327,18 +363,32 @@ def render_html(rows: Sequence[dict], picture_name: str | None) -> str:
         parts.append("</section>")
     if not rows:
         parts.append("<p>No entries.</p>")
+    parts += _crossplay_html(crossplay, crossplay_picture)
     return "\n".join(parts + ["</body>\n</html>\n"])
 
 
 def write_board(entries: Sequence[dict], out_dir: Path, verified: Mapping[str, bool] | None = None,
                 stem: str = "leaderboard") -> Dict[str, Path]:
-    """Write ``stem.md``, ``stem.png`` and ``stem.html`` into ``out_dir``; their paths by suffix."""
+    """Write ``stem.md``, ``stem.png`` and ``stem.html`` into ``out_dir``, and
+    ``stem-crossplay.png`` when the entries hold cross-play teams; their paths by suffix
+    (``crossplay.png`` for the last)."""
     rows = board_rows(entries, verified)
+    found = crossplays.matrices(entries)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = {suffix: out_dir / f"{stem}.{suffix}" for suffix in ("md", "png", "html")}
     picture_name = paths["png"].name
     render_png(rows, paths["png"])
-    paths["md"].write_text(render_markdown(rows, picture_name), encoding="utf-8", newline="\n")
-    paths["html"].write_text(render_html(rows, picture_name), encoding="utf-8", newline="\n")
+    crossplay_picture = None
+    stale = out_dir / f"{stem}-crossplay.png"
+    if found:
+        paths["crossplay.png"] = stale
+        crossplay_picture = stale.name
+        crossplays.render_png(found, stale)
+    elif stale.exists():
+        stale.unlink()  # no cross-play left among the entries: its picture goes too
+    paths["md"].write_text(render_markdown(rows, picture_name, found, crossplay_picture), encoding="utf-8",
+                           newline="\n")
+    paths["html"].write_text(render_html(rows, picture_name, found, crossplay_picture), encoding="utf-8",
+                             newline="\n")
     return paths

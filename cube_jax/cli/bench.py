@@ -7,6 +7,7 @@
     cube-jax bench run llm:local --topology centralized --tasks easy,hard --episodes 10 --out results/llm
     cube-jax bench run ippo --tier S --seeds 5 --tasks n2 --out results/ippo-n2
     cube-jax bench import my-actions.npz --label mine --out results/mine   # actions played elsewhere
+    cube-jax bench crossplay --task hard --members builtin:ippo-hard,heuristic,team --out results/crossplay/hard
     cube-jax bench verify results/heuristic [--sample 32]
     cube-jax bench board results --out docs                       # leaderboard.md, .png, .html
 
@@ -62,6 +63,22 @@ def add_parser(commands) -> argparse.ArgumentParser:
     add_model_arguments(run.add_argument_group("language models"))
     run.add_argument("--no-progress", action="store_true", help="no progress bars")
     run.set_defaults(run=_runner(_run, run))
+
+    crossplay = sub.add_parser("crossplay", help="mixed teams of agents that never met, one entry per team",
+                               description="On one task, one bench-run entry per ordered pair of members (A, B): "
+                                           "agent 0 is B, the newcomer, every other agent is A, the team it joins; "
+                                           "(A, A) is A alone. The board shows them as a matrix.")
+    crossplay.add_argument("--task", required=True, help="the task (of at least two agents)")
+    crossplay.add_argument("--members", required=True,
+                           help="comma-separated agent specs that need no model server: builtin:NAME, "
+                                "policy:<checkpoint>, heuristic, team, negotiator, random")
+    crossplay.add_argument("--out", type=Path, required=True, help="folder of the teams' entry folders")
+    crossplay.add_argument("--entries", type=Path, nargs="*", default=[],
+                           help="entry folders (or folders of them) whose homogeneous entries on the task stand for "
+                                "a member alone: those are not played again")
+    crossplay.add_argument("--episodes", type=positive_int, default=256, help="test episodes per team (default all 256)")
+    crossplay.add_argument("--no-progress", action="store_true", help="no progress bars")
+    crossplay.set_defaults(run=_runner(_crossplay, crossplay))
 
     imported = sub.add_parser("import", help="an entry from actions an agent outside this package played")
     imported.add_argument("actions", type=Path, help="an .npz of arrays <task>/<greedy|sampled>/<run>, each int "
@@ -149,6 +166,47 @@ def _run(parser, args) -> int:
         return 2
     print(f"entry written: {args.out / 'entry.json'} ({len(entry['tasks'])} task(s), "
           f"{entry['provenance'].get('wall_seconds', 0):.1f} s)")
+    return 0
+
+
+def _crossplay(parser, args) -> int:
+    from cube_jax.bench import crossplay
+    from cube_jax.bench.board import load_entries
+    from cube_jax.bench.entry import EntryError
+    from cube_jax.bench.run import BenchError, Contender, Runner, check_spec, resolve_tasks
+
+    members = [m.strip() for m in args.members.split(",") if m.strip()]
+    try:
+        (task,) = resolve_tasks([args.task])
+        for member in members:
+            check_spec(member)
+            if member.split(":", 1)[0] == "llm" or Contender(member, member).learner is not None:
+                raise BenchError(f"cross-play member {member!r}: members are agents that play without a model server "
+                                 "or training (builtin:NAME, policy:<checkpoint>, heuristic, team, ...)")
+        teams = crossplay.teams(members, task.num_agents)
+        known = load_entries(args.entries) if args.entries else []
+    except (BenchError, ValueError) as err:
+        parser.error(str(err))
+    alone = {e["agent"]["spec"] for e in known if e["agent"]["kind"] != "mixed" and task.name in e["tasks"]
+             and e["tasks"][task.name]["episodes_per_run"] >= args.episodes}
+    check_writable(parser, "--out", args.out, folder=True)
+    played = [team for team in teams if not (team.row == team.column and team.spec in alone)]
+    print(f"cross-play on {task.name}: {len(members)} members, {len(played)} teams to play "
+          f"({len(teams) - len(played)} members alone taken from --entries)")
+    for number, team in enumerate(played, start=1):
+        label = team.spec if team.row == team.column else f"{team.column} joins {team.row}"
+        contender = Contender(team.spec, label)
+        command = ["cube-jax", "bench", "run", team.spec, "--tasks", task.name, "--label", label,
+                   "--episodes", str(args.episodes), "--out", str(args.out / team.name)]
+        print(f"[{number}/{len(played)}] {label} -> {args.out / team.name}")
+        try:
+            with _log_to_stdout():
+                Runner(contender, args.out / team.name, episodes=args.episodes, progress=not args.no_progress,
+                       command=command).run([task])
+        except (BenchError, EntryError) as err:
+            print(f"cube-jax bench crossplay: error: team {team.spec!r}: {err}", file=sys.stderr)
+            return 2
+    print(f"entries written under {args.out}; render them with: cube-jax bench board {args.out} ... --out docs")
     return 0
 
 

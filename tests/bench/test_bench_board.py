@@ -138,7 +138,9 @@ def test_markdown_says_what_it_is_and_shows_every_row(entries):
 def test_markdown_and_html_are_the_same_bytes_each_time(entries, tmp_path):
     first = write_board(entries, tmp_path / "first", verified={"heuristic": True})
     second = write_board(list(reversed(entries)), tmp_path / "second", verified={"heuristic": True})
-    assert {path.name for path in first.values()} == {"leaderboard.md", "leaderboard.png", "leaderboard.html"}
+    # the mixed team (heuristic joining random) is a cross-play team: its matrix has a picture
+    assert {path.name for path in first.values()} == {"leaderboard.md", "leaderboard.png", "leaderboard.html",
+                                                      "leaderboard-crossplay.png"}
     for suffix in ("md", "html"):
         assert first[suffix].read_bytes() == second[suffix].read_bytes()
     assert first["png"].read_bytes().startswith(PNG_SIGNATURE) and first["png"].stat().st_size > 10_000
@@ -165,10 +167,14 @@ def test_the_page_opens_from_disk_in_a_browser(entries, tmp_path, browser):
     page.on("pageerror", lambda err: errors.append(str(err)))
     page.goto(paths["html"].as_uri())
     assert page.title() == "cube-v1 leaderboard"
-    assert page.locator("table").count() == 2
-    assert page.locator("table tbody tr").count() == len(board_rows(entries)) == 10
-    assert page.locator("section").first.locator("tbody tr").first.locator("td").nth(1).inner_text() == "heuristic"
-    assert page.evaluate("document.querySelector('img').naturalWidth") > 500  # the picture, found beside the page
+    tasks = page.locator("section:not(#crossplay)")
+    assert tasks.locator("table").count() == 2
+    assert tasks.locator("table tbody tr").count() == len(board_rows(entries)) == 10
+    assert tasks.first.locator("tbody tr").first.locator("td").nth(1).inner_text() == "heuristic"
+    # the mixed team is a cross-play team: a 2 x 2 matrix per task, under the tasks
+    assert page.locator("#crossplay table").count() == 2 and page.locator("#crossplay tbody tr").count() == 4
+    widths = page.evaluate("[...document.querySelectorAll('img')].map(img => img.naturalWidth)")
+    assert len(widths) == 2 and min(widths) > 500  # the pictures, found beside the page
     ARTIFACTS.mkdir(exist_ok=True)
     screenshot = ARTIFACTS / "bench_board.png"
     page.screenshot(path=str(screenshot), full_page=True)
