@@ -7,7 +7,7 @@ shipped entry costs (time to make it, time to verify it, size of its evidence).
 ``collisions``: for ``n1`` and ``n2`` (the tasks with the fewest layouts), 10^6 fresh layouts
 drawn as training's resets draw them (keys ``split(PRNGKey(0), 10^6)``), counted against the
 task's 256 test layouts (``cube_jax.core.suite.collision_chance``). ``entries``: for every
-entry folder under ``results/``: its recorded wall seconds (the time ``bench run`` took to
+entry folder under ``results/`` (and its folders of entries): its recorded wall seconds (the time ``bench run`` took to
 score it), its episodes, the time of a full ``bench verify`` in a fresh process (every
 episode replayed, compiles included) and the size of its evidence; and the size of ``results/`` in all. Each section writes its JSON
 (``benchmarks/results/bench_collisions.json``, ``bench_entries.json``) and, with ``--doc``,
@@ -16,7 +16,6 @@ its generated block of the doc.
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from pathlib import Path
 
@@ -51,10 +50,11 @@ def measure_entries(results: Path) -> dict:
     import subprocess
     import sys
 
+    from cube_jax.bench.board import entry_folders
     from cube_jax.bench.entry import read_entry
 
     rows = []
-    for folder in sorted(p for p in results.iterdir() if (p / "entry.json").is_file()):
+    for folder, name in entry_folders(results):  # cross-play's teams: results/crossplay/<task>/<team>
         entry = read_entry(folder)
         t0 = time.perf_counter()
         done = subprocess.run([sys.executable, "-m", "cube_jax.cli", "bench", "verify", str(folder)],
@@ -64,7 +64,7 @@ def measure_entries(results: Path) -> dict:
             raise SystemExit(f"{folder}: bench verify failed: {done.stderr.strip()}")
         print(done.stdout.strip())
         episodes = sum(len(r["episodes"]) for r in entry["tasks"].values())
-        rows.append({"entry": folder.name, "agent": entry["agent"]["spec"], "tasks": len(entry["tasks"]),
+        rows.append({"entry": name, "agent": entry["agent"]["spec"], "tasks": len(entry["tasks"]),
                      "episodes": episodes, "run_seconds": entry["provenance"].get("wall_seconds"),
                      "verify_seconds": round(seconds, 1),
                      "evidence_bytes": sum((folder / rel).stat().st_size for rel in entry["evidence"])})
