@@ -3,6 +3,7 @@ shipped entry costs (time to make it, time to verify it, size of its evidence).
 
     python benchmarks/bench_suite.py --doc docs/benchmark.md          # both sections
     python benchmarks/bench_suite.py --sections entries --doc docs/benchmark.md
+    python benchmarks/bench_suite.py --sections entries --new-only --doc docs/benchmark.md   # added entries only
 
 ``collisions``: for ``n1`` and ``n2`` (the tasks with the fewest layouts), 10^6 fresh layouts
 drawn as training's resets draw them (keys ``split(PRNGKey(0), 10^6)``), counted against the
@@ -16,8 +17,10 @@ its generated block of the doc.
 from __future__ import annotations
 
 import argparse
+import json
 import time
 from pathlib import Path
+from typing import Sequence
 
 from bench_common import ROOT, host_info, save_results
 
@@ -43,10 +46,11 @@ def folder_bytes(folder: Path) -> int:
     return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file() and "work" not in p.relative_to(folder).parts)
 
 
-def measure_entries(results: Path) -> dict:
+def measure_entries(results: Path, kept: Sequence[dict] = ()) -> dict:
     """Each entry verified in a fresh process (``cube-jax bench verify``, every episode: the time
     includes starting Python and compiling each task's replay), its recorded run time and the
-    size of its evidence."""
+    size of its evidence. ``kept``: rows measured before (``--new-only``), reused for the entries
+    whose name, commit, episodes and evidence are unchanged; the others are measured."""
     import subprocess
     import sys
 
@@ -54,8 +58,17 @@ def measure_entries(results: Path) -> dict:
     from cube_jax.bench.entry import read_entry
 
     rows = []
+    previous = {row["entry"]: row for row in kept}
     for folder, name in entry_folders(results):  # cross-play's teams: results/crossplay/<task>/<team>
         entry = read_entry(folder)
+        same = {"commit": entry["provenance"].get("git_commit"),
+                "episodes": sum(len(r["episodes"]) for r in entry["tasks"].values()),
+                "evidence_bytes": sum((folder / rel).stat().st_size for rel in entry["evidence"])}
+        row = previous.get(name)
+        if row is not None and all(row.get(key, value) == value for key, value in same.items()):
+            print(f"kept {name}: measured {row.get('measured', 'before')}")
+            rows.append(row)
+            continue
         t0 = time.perf_counter()
         done = subprocess.run([sys.executable, "-m", "cube_jax.cli", "bench", "verify", str(folder)],
                               capture_output=True, text=True)
@@ -66,8 +79,8 @@ def measure_entries(results: Path) -> dict:
         episodes = sum(len(r["episodes"]) for r in entry["tasks"].values())
         rows.append({"entry": name, "agent": entry["agent"]["spec"], "tasks": len(entry["tasks"]),
                      "episodes": episodes, "run_seconds": entry["provenance"].get("wall_seconds"),
-                     "verify_seconds": round(seconds, 1),
-                     "evidence_bytes": sum((folder / rel).stat().st_size for rel in entry["evidence"])})
+                     "verify_seconds": round(seconds, 1), "evidence_bytes": same["evidence_bytes"],
+                     "commit": same["commit"], "measured": time.strftime("%Y-%m-%d %H:%M")})
     return {"rows": rows, "results_bytes": folder_bytes(results)}
 
 
@@ -101,6 +114,8 @@ def main() -> None:
     parser.add_argument("--draws", type=int, default=10**6, help="fresh draws per task (collisions)")
     parser.add_argument("--results", type=Path, default=ROOT / "results", help="the entry folders (entries)")
     parser.add_argument("--doc", type=Path, default=None, help="a doc whose generated blocks to rewrite")
+    parser.add_argument("--new-only", action="store_true",
+                        help="entries: keep the rows of bench_entries.json whose entry is unchanged, measure the rest")
     args = parser.parse_args()
     sections = [s.strip() for s in args.sections.split(",") if s.strip()]
     unknown = set(sections) - set(OUTS)
@@ -108,7 +123,11 @@ def main() -> None:
         parser.error(f"argument --sections: unknown {sorted(unknown)}; sections are {', '.join(OUTS)}")
     for section in sections:
         data = {"machine": host_info()}
-        data[section] = measure_collisions(args.draws) if section == "collisions" else measure_entries(args.results)
+        if section == "collisions":
+            data[section] = measure_collisions(args.draws)
+        else:
+            kept = json.loads(OUTS[section].read_text())["entries"]["rows"] if args.new_only else []
+            data[section] = measure_entries(args.results, kept)
         save_results(data, OUTS[section], render, doc=args.doc, script=SCRIPT)
 
 
