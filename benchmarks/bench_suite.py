@@ -76,9 +76,8 @@ def measure_entries(results: Path, kept: Sequence[dict] = ()) -> dict:
         if done.returncode != 0:
             raise SystemExit(f"{folder}: bench verify failed: {done.stderr.strip()}")
         print(done.stdout.strip())
-        episodes = sum(len(r["episodes"]) for r in entry["tasks"].values())
         rows.append({"entry": name, "agent": entry["agent"]["spec"], "tasks": len(entry["tasks"]),
-                     "episodes": episodes, "run_seconds": entry["provenance"].get("wall_seconds"),
+                     "episodes": same["episodes"], "run_seconds": entry["provenance"].get("wall_seconds"),
                      "verify_seconds": round(seconds, 1), "evidence_bytes": same["evidence_bytes"],
                      "commit": same["commit"], "measured": time.strftime("%Y-%m-%d %H:%M")})
     return {"rows": rows, "results_bytes": folder_bytes(results)}

@@ -95,6 +95,9 @@ def load_entries(paths: Sequence[Path]) -> List[dict]:
     return entries
 
 
+# --- rows ----------------------------------------------------------------------------------------
+
+
 def _order(value: str, known: Sequence[str]) -> tuple:
     """Sort key: the known values in their order, then the others alphabetically."""
     return (known.index(value), "") if value in known else (len(known), value)
