@@ -34,6 +34,7 @@ from urllib.parse import quote
 
 from cube_jax.bench import crossplay as crossplays
 from cube_jax.bench.entry import ENTRY_FILE, read_entry
+from cube_jax.bench.text import fixed, markdown_cell, plot_label
 from cube_jax.core import suite
 
 SUITE = suite.VERSION
@@ -176,13 +177,8 @@ def board_rows(entries: Sequence[dict], verified: Mapping[str, bool] | None = No
 # --- the columns the tables share ----------------------------------------------------------------
 
 
-def _fixed(value: float, sign: str = "") -> str:
-    """``value`` to three decimals, never "-0.000"."""
-    return f"{round(value, 3) + 0.0:{sign}.3f}"
-
-
 def _interval(mean: float, bounds: Sequence[float]) -> str:
-    return f"{_fixed(mean)} [{_fixed(bounds[0])}, {_fixed(bounds[1])}]"
+    return f"{fixed(mean)} [{fixed(bounds[0])}, {fixed(bounds[1])}]"
 
 
 def _count(row: dict) -> str:
@@ -193,7 +189,7 @@ def _count(row: dict) -> str:
 
 def _delta_text(row: dict) -> str:
     if row["delta"] is not None:
-        return _fixed(row["delta"], sign="+")
+        return fixed(row["delta"], sign="+")
     return "n/a" if row["kind"] == "mixed" else ""
 
 
@@ -236,10 +232,6 @@ def _by_task(rows: Sequence[dict]) -> List[tuple]:
 # --- Markdown ------------------------------------------------------------------------------------
 
 
-def _markdown_cell(text: str) -> str:
-    return html.escape(text.replace("\\", "\\\\"), quote=False).replace("|", "\\|").replace("\n", " ")
-
-
 def _markdown_line(cells: Sequence[str]) -> str:
     return "| " + " | ".join(cells) + " |"
 
@@ -253,9 +245,9 @@ def render_markdown(rows: Sequence[dict], picture_name: str | None = "leaderboar
         lines += [f"![board]({quote(picture_name)})", ""]
     lines += [LEGEND, ""]
     for task, task_rows in _by_task(rows):
-        lines += [f"## {_markdown_cell(task)}", "", _markdown_line([c.header for c in COLUMNS]),
+        lines += [f"## {markdown_cell(task)}", "", _markdown_line([c.header for c in COLUMNS]),
                   _markdown_line(["---:" if c.numeric else "---" for c in COLUMNS])]
-        lines += [_markdown_line([_markdown_cell(c.cell(row)) for c in COLUMNS]) for row in task_rows]
+        lines += [_markdown_line([markdown_cell(c.cell(row)) for c in COLUMNS]) for row in task_rows]
         lines += ["", FIXED_LAYOUT_NOTE, ""] if task_rows[0]["fixed_layout"] else [""]
     if not rows:
         lines += ["No entries.", ""]
@@ -264,12 +256,6 @@ def render_markdown(rows: Sequence[dict], picture_name: str | None = "leaderboar
 
 
 # --- the picture ---------------------------------------------------------------------------------
-
-
-def _plain(text: str, width: int = 38) -> str:
-    """``text`` for a matplotlib label: shortened, and "$" not read as mathtext."""
-    short = text if len(text) <= width else text[:width - 1] + "…"
-    return short.replace("$", r"\$")
 
 
 def render_png(rows: Sequence[dict], path: Path) -> None:
@@ -290,11 +276,11 @@ def render_png(rows: Sequence[dict], path: Path) -> None:
         above = [max(0.0, row["success_ci"][1] - mean) for mean, row in zip(means, task_rows)]
         ax.barh(positions, means, xerr=[below, above], capsize=3, ecolor="black", height=0.7,
                 color=[TIER_COLORS.get(row["tier"], "#95a5a6") for row in task_rows])
-        ax.set_yticks(list(positions), [f"{_plain(row['label'])} · {row['mode']}" for row in task_rows], fontsize=9)
+        ax.set_yticks(list(positions), [f"{plot_label(row['label'], 38)} · {row['mode']}" for row in task_rows], fontsize=9)
         ax.invert_yaxis()
         ax.set_xlim(0.0, 1.0)
         ax.set_xlabel("success (mean, 95% CI)", fontsize=9)
-        ax.set_title(_plain(task) + (" (fixed layout)" if task_rows[0]["fixed_layout"] else ""), fontsize=11)
+        ax.set_title(plot_label(task, 38) + (" (fixed layout)" if task_rows[0]["fixed_layout"] else ""), fontsize=11)
         ax.grid(axis="x", alpha=0.3)
     for ax in axes[len(tasks):]:
         ax.set_visible(False)
@@ -342,7 +328,7 @@ def _crossplay_html(found: Sequence[crossplays.Matrix], picture_name: str | None
         header = "".join(f"<th>{html.escape(m)}</th>" for m in matrix.members)
         body = "\n".join(
             f"<tr><th>{html.escape(row)}</th>" + "".join(
-                f"<td{NUMERIC_CLASS}>{crossplays.fixed(matrix.success(row, column))}</td>" for column in matrix.members)
+                f"<td{NUMERIC_CLASS}>{fixed(matrix.success(row, column))}</td>" for column in matrix.members)
             + "</tr>" for row in matrix.members)
         parts += [f"<h3>{html.escape(matrix.task)}</h3>",
                   f"<table>\n<thead><tr><th>team joined ↓ · newcomer →</th>{header}</tr></thead>\n<tbody>\n{body}"

@@ -21,6 +21,7 @@ import math
 import re
 from typing import Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
+from cube_jax.bench.text import fixed, markdown_cell, plot_label
 from cube_jax.core import suite
 
 PREFERRED_MODE = "greedy"
@@ -119,11 +120,6 @@ def matrices(entries: Sequence[Mapping]) -> List[Matrix]:
     return out
 
 
-def fixed(value: Optional[float]) -> str:
-    """A cell's text: three decimals, or – for a team with no entry."""
-    return "–" if value is None else f"{round(value, 3) + 0.0:.3f}"
-
-
 def render_markdown(found: Sequence[Matrix], picture_name: Optional[str] = None) -> List[str]:
     """The cross-play section of the board's Markdown: one table per task (no lines when
     there is no cross-play)."""
@@ -134,16 +130,12 @@ def render_markdown(found: Sequence[Matrix], picture_name: Optional[str] = None)
         lines += [f"![cross-play]({picture_name})", ""]
     for matrix in found:
         lines += [f"### {matrix.task}", "", "| team joined ↓ · newcomer → | " + " | ".join(
-            _escape(m) for m in matrix.members) + " |", "| --- |" + " ---: |" * len(matrix.members)]
+            markdown_cell(m) for m in matrix.members) + " |", "| --- |" + " ---: |" * len(matrix.members)]
         for row in matrix.members:
-            lines.append(f"| {_escape(row)} | " + " | ".join(fixed(matrix.success(row, column))
+            lines.append(f"| {markdown_cell(row)} | " + " | ".join(fixed(matrix.success(row, column))
                                                            for column in matrix.members) + " |")
         lines.append("")
     return lines
-
-
-def _escape(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
 
 
 def render_png(found: Sequence[Matrix], path) -> None:
@@ -160,7 +152,7 @@ def render_png(found: Sequence[Matrix], path) -> None:
         shown = [[math.nan if v is None else v for v in line] for line in values]
         image = ax.imshow(shown, vmin=0.0, vmax=1.0, cmap="viridis")
         ticks = range(len(matrix.members))
-        labels = [_short(m) for m in matrix.members]
+        labels = [plot_label(m, 22) for m in matrix.members]
         ax.set_xticks(list(ticks), labels, rotation=30, ha="right", fontsize=8)
         ax.set_yticks(list(ticks), labels, fontsize=8)
         ax.set_xlabel("newcomer (agent 0)", fontsize=9)
@@ -175,8 +167,3 @@ def render_png(found: Sequence[Matrix], path) -> None:
         ax.set_visible(False)
     fig.suptitle(f"{suite.VERSION} cross-play (success mean)", fontsize=12)
     fig.savefig(path, dpi=120)
-
-
-def _short(spec: str, width: int = 22) -> str:
-    text = spec if len(spec) <= width else spec[:width - 1] + "…"
-    return text.replace("$", r"\$")

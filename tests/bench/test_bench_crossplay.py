@@ -116,3 +116,16 @@ def test_bad_cross_play_arguments_are_one_clear_error(argv, message, tmp_path, c
     with pytest.raises(SystemExit) as stopped:
         cli.main(["bench", "crossplay", *argv, "--out", str(tmp_path / "out")])
     assert stopped.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_member_names_are_escaped_in_the_matrix_as_in_the_board(tmp_path):
+    hostile = "policy:<b>x|y</b>&$1"
+    results = tmp_path / "results"
+    _entry(results / "crossplay" / "easy" / "solo", hostile, 0.5)
+    _entry(results / "crossplay" / "easy" / "joins", f"heuristic,{hostile}", 0.25)
+    paths = write_board(load_entries([results]), tmp_path / "board")
+    md = paths["md"].read_text(encoding="utf-8")
+    section = md[md.index("## Cross-play"):]
+    assert "| policy:&lt;b&gt;x\\|y&lt;/b&gt;&amp;$1 | 0.250 | 0.500 |" in section and "<b>" not in section
+    assert "| heuristic | – | – |" in section  # heuristic alone has no entry here
+    assert "<b>" not in paths["html"].read_text(encoding="utf-8")
