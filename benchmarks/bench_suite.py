@@ -50,7 +50,8 @@ def measure_entries(results: Path, kept: Sequence[dict] = ()) -> dict:
     """Each entry verified in a fresh process (``cube-jax bench verify``, every episode: the time
     includes starting Python and compiling each task's replay), its recorded run time and the
     size of its evidence. ``kept``: rows measured before (``--new-only``), reused for the entries
-    whose name, commit, episodes and evidence are unchanged; the others are measured."""
+    whose name, commit (of their latest run: a continuation counts), episodes and evidence are
+    unchanged; the others, and rows that lack any of these, are measured."""
     import subprocess
     import sys
 
@@ -61,11 +62,12 @@ def measure_entries(results: Path, kept: Sequence[dict] = ()) -> dict:
     previous = {row["entry"]: row for row in kept}
     for folder, name in entry_folders(results):  # cross-play's teams: results/crossplay/<task>/<team>
         entry = read_entry(folder)
-        same = {"commit": entry["provenance"].get("git_commit"),
+        runs = [entry["provenance"], *entry["provenance"].get("continued", [])]
+        same = {"commit": runs[-1].get("git_commit"),
                 "episodes": sum(len(r["episodes"]) for r in entry["tasks"].values()),
                 "evidence_bytes": sum((folder / rel).stat().st_size for rel in entry["evidence"])}
         row = previous.get(name)
-        if row is not None and all(row.get(key, value) == value for key, value in same.items()):
+        if row is not None and all(key in row and row[key] == value for key, value in same.items()):
             print(f"kept {name}: measured {row.get('measured', 'before')}")
             rows.append(row)
             continue

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import html
 import math
+import shlex
 from itertools import groupby
 from pathlib import Path
 from typing import Callable, Dict, List, Mapping, NamedTuple, Optional, Sequence
@@ -113,9 +114,36 @@ def _label(agent: Mapping) -> str:
     return f"{agent['label']} ({topology})" if topology else agent["label"]
 
 
-def _short_commit(provenance: Mapping) -> str:
-    commit = (provenance.get("git_commit") or "unknown")[:7]
-    return commit + "+dirty" if provenance.get("git_dirty") else commit
+def _short_commit(run: Mapping) -> str:
+    commit = (run.get("git_commit") or "unknown")[:7]
+    return commit + "+dirty" if run.get("git_dirty") else commit
+
+
+def _named_tasks(run: Mapping) -> Optional[List[str]]:
+    """The tasks a run made: its ``tasks`` list; for a run recorded without one, the tasks its
+    command named (``--tasks``); None for every task (``all``, or no ``--tasks``)."""
+    if "tasks" in run:
+        return list(run["tasks"])
+    try:
+        words = shlex.split(run.get("command") or "")
+    except ValueError:
+        return None
+    for i, word in enumerate(words):
+        value = words[i + 1] if word == "--tasks" and i + 1 < len(words) else \
+            word.split("=", 1)[1] if word.startswith("--tasks=") else None
+        if value is not None:
+            return None if value == "all" else value.split(",")
+    return None
+
+
+def task_commit(provenance: Mapping, task: str) -> str:
+    """The short commit (``+dirty`` when the tree was) of the run that made ``task``'s scores:
+    the latest of the entry's first run and its continuations that made or named it."""
+    for run in reversed([provenance, *provenance.get("continued", [])]):
+        named = _named_tasks(run)
+        if named is None or task in named:
+            return _short_commit(run)
+    return _short_commit(provenance)
 
 
 def _success_alone(entries: Sequence[dict], spec: str, task: str, mode: str) -> Optional[float]:
@@ -144,7 +172,7 @@ def _row(entries: Sequence[dict], entry: dict, task: str, mode: str, verified: M
            "tier": agent.get("tier") if agent.get("learns") else FIXED_TIER, "label": _label(agent),
            "kind": agent["kind"], "mode": mode, "unit": scores.get("unit", "episodes"),
            "count": aggregate["count"], "planned": scores.get("episodes_planned"),
-           "verified": VERIFIED_MARKS[verified.get(entry["id"])], "commit": _short_commit(entry.get("provenance", {}))}
+           "verified": VERIFIED_MARKS[verified.get(entry["id"])], "commit": task_commit(entry.get("provenance", {}), task)}
     for metric in METRICS:
         row[f"{metric}_mean"] = aggregate[metric]["mean"]
         row[f"{metric}_ci"] = tuple(aggregate[metric]["mean_ci"])

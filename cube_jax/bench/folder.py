@@ -25,6 +25,14 @@ class EntryFolder:
         self.out = Path(out)
         self.work = self.out / WORK_DIR
         self.arrays: Dict[str, np.ndarray] = {}  # "<task>/actions" -> int8[E, T, N], what actions.npz holds
+        self._run: Optional[Dict[str, Any]] = None  # this run's provenance record: the entry's or a continuation
+
+    def finished(self, task: str) -> None:
+        """Records that this run made ``task``'s scores (its ``tasks`` list), so that the board
+        shows the commit behind each task of an entry continued at another commit."""
+        assert self._run is not None, "start() first"
+        if task not in self._run["tasks"]:
+            self._run["tasks"].append(task)
 
     def start(self, agent: entries.Agent, command: Optional[Sequence[str]], env_steps: Optional[int]) -> Dict[str, Any]:
         """A new entry of ``agent``, or the folder's entry continued (its finished tasks' actions
@@ -34,7 +42,9 @@ class EntryFolder:
         if env_steps is not None:
             prov["env_steps_per_seed"] = env_steps
         if not path.is_file():
-            return entries.new_entry(agent, prov)
+            entry = entries.new_entry(agent, {**prov, "tasks": []})
+            self._run = entry["provenance"]
+            return entry
         entry = entries.read_entry(self.out)
         if entry["agent"]["spec"] != agent.spec:
             raise BenchError(f"{path}: an entry of {entry['agent']['spec']!r}, not {agent.spec!r}; give another "
@@ -42,8 +52,9 @@ class EntryFolder:
         if entry["agent"] != json.loads(json.dumps(agent.to_dict())):
             raise BenchError(f"{path}: the entry was made with other settings ({entry['agent']}); give another --out "
                              "or the same settings to continue it")
-        continued = {k: prov[k] for k in ("git_commit", "git_dirty", "command", "started")}
+        continued = {**{k: prov[k] for k in ("git_commit", "git_dirty", "command", "started")}, "tasks": []}
         entry["provenance"].setdefault("continued", []).append(continued)
+        self._run = continued
         earlier = entries.load_actions(self.out, entry) if entry["tasks"] else {}
         self.arrays = {f"{name}/actions": actions for name, actions in earlier.items()}
         return entry

@@ -339,6 +339,7 @@ class Runner:
         episodes, self.folder.arrays[f"{t.name}/actions"] = _scored(t, result)
         entry["test_sets"][t.name] = suite.TEST_SET_SHA256[t.name]
         entry["tasks"][t.name] = self._task_record(t, episodes, result.planned)
+        self.folder.finished(t.name)
         prov = entry["provenance"]
         prov["wall_seconds"] = round(prov.get("wall_seconds", 0.0) + time.perf_counter() - t0, 2)
         if "tokens" in entry["tasks"][t.name]:

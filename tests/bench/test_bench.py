@@ -391,6 +391,9 @@ def test_an_entry_grows_by_tasks_and_episodes(tmp_path, monkeypatch):
     entry = bench_run.Runner(contender, out, episodes=3, progress=False).run(bench_run.resolve_tasks(["easy", "n1"]))
     assert played == [("easy", 0, 2), ("n1", 2, 2)]  # only the episode each task lacked: its layout, its seed
     assert len(entry["provenance"]["continued"]) == 2
+    # each run records the tasks it made, so the board names the commit behind each task
+    assert [run["tasks"] for run in (entry["provenance"], *entry["provenance"]["continued"])] == \
+        [["easy"], ["n1"], ["easy", "n1"]]
     assert verify(out).tasks == {"easy": {"episodes": 3, "replayed": 3}, "n1": {"episodes": 3, "replayed": 3}}
     assert not (out / "work").exists()
 

@@ -15,7 +15,7 @@ import pytest
 
 from cube_jax.core import suite
 from cube_jax.bench.board import (TASK_ORDER, board_rows, load_entries, render_html, render_markdown,
-                                  render_png, write_board)
+                                  render_png, task_commit, write_board)
 
 ARTIFACTS = Path(__file__).resolve().parents[1] / "artifacts"
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -101,6 +101,31 @@ def test_rows_are_grouped_by_tier_and_ranked_within_it(entries):
     assert [row["commit"] for row in rows[:3]] == ["0123456", "0123456", "0123456+dirty"]
     assert board_rows(list(reversed(entries))) == board_rows(entries)
     assert TASK_ORDER[:4] == ("easy", "hard", "n1", "n2")
+
+
+def test_each_tasks_row_names_the_commit_of_the_run_that_made_it(tmp_path):
+    folder = write_entries(tmp_path / "entries", names=("ippo-s",))
+    document = json.loads((folder / "ippo-s" / "entry.json").read_text(encoding="utf-8"))
+    # runs recorded before runs listed their tasks: the tasks their command named
+    document["provenance"] = {"git_commit": "aaaaaaa1", "git_dirty": False, "command": "cube-jax bench run ippo "
+                              "--tasks easy --out x", "continued": [
+                                  {"git_commit": "bbbbbbb2", "git_dirty": True, "command": "cube-jax bench run "
+                                   "ippo --tasks=n2 --out x"}]}
+    (folder / "ippo-s" / "entry.json").write_text(json.dumps(document), encoding="utf-8")
+    rows = board_rows(load_entries([folder]))
+    assert {(row["task"], row["commit"]) for row in rows} == {("easy", "aaaaaaa"), ("n2", "bbbbbbb+dirty")}
+    # a run that lists what it made wins over its command; one that made nothing names nothing
+    document["provenance"] = {"git_commit": "aaaaaaa1", "command": "cube-jax bench run ippo", "tasks": ["easy", "n2"],
+                              "continued": [{"git_commit": "bbbbbbb2", "command": "cube-jax bench run ippo",
+                                             "tasks": ["n2"]},
+                                            {"git_commit": "ccccccc3", "command": "cube-jax bench run ippo --tasks n2",
+                                             "tasks": []}]}
+    assert task_commit(document["provenance"], "easy") == "aaaaaaa"
+    assert task_commit(document["provenance"], "n2") == "bbbbbbb"
+    # no --tasks (or all): every task
+    assert task_commit({"git_commit": "aaaaaaa1", "continued": [{"git_commit": "ddddddd4",
+                                                                 "command": "cube-jax bench run ippo --tasks all"}]},
+                       "hard") == "ddddddd"
 
 
 def test_a_mixed_teams_delta_is_its_success_minus_its_members_mean(entries):
