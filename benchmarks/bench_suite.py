@@ -56,14 +56,13 @@ def measure_entries(results: Path, kept: Sequence[dict] = ()) -> dict:
     import sys
 
     from cube_jax.bench.board import entry_folders
-    from cube_jax.bench.entry import read_entry
+    from cube_jax.bench.entry import read_entry, runs
 
     rows = []
     previous = {row["entry"]: row for row in kept}
     for folder, name in entry_folders(results):  # cross-play's teams: results/crossplay/<task>/<team>
         entry = read_entry(folder)
-        runs = [entry["provenance"], *entry["provenance"].get("continued", [])]
-        same = {"commit": runs[-1].get("git_commit"),
+        same = {"commit": runs(entry["provenance"])[-1].get("git_commit"),
                 "episodes": sum(len(r["episodes"]) for r in entry["tasks"].values()),
                 "evidence_bytes": sum((folder / rel).stat().st_size for rel in entry["evidence"])}
         row = previous.get(name)

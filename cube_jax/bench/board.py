@@ -34,7 +34,7 @@ from typing import Callable, Dict, List, Mapping, NamedTuple, Optional, Sequence
 from urllib.parse import quote
 
 from cube_jax.bench import crossplay as crossplays
-from cube_jax.bench.entry import ENTRY_FILE, read_entry
+from cube_jax.bench.entry import ENTRY_FILE, read_entry, runs
 from cube_jax.bench.text import fixed, markdown_cell, plot_label
 from cube_jax.core import suite
 
@@ -129,17 +129,20 @@ def _named_tasks(run: Mapping) -> Optional[List[str]]:
     except ValueError:
         return None
     for i, word in enumerate(words):
-        value = words[i + 1] if word == "--tasks" and i + 1 < len(words) else \
-            word.split("=", 1)[1] if word.startswith("--tasks=") else None
-        if value is not None:
-            return None if value == "all" else value.split(",")
+        if word == "--tasks" and i + 1 < len(words):
+            value = words[i + 1]
+        elif word.startswith("--tasks="):
+            value = word.split("=", 1)[1]
+        else:
+            continue
+        return None if value == "all" else value.split(",")
     return None
 
 
 def task_commit(provenance: Mapping, task: str) -> str:
     """The short commit (``+dirty`` when the tree was) of the run that made ``task``'s scores:
     the latest of the entry's first run and its continuations that made or named it."""
-    for run in reversed([provenance, *provenance.get("continued", [])]):
+    for run in reversed(runs(provenance)):
         named = _named_tasks(run)
         if named is None or task in named:
             return _short_commit(run)

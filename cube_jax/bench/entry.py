@@ -177,6 +177,12 @@ def provenance(command: Optional[Sequence[str]] = None) -> Dict[str, Any]:
     }
 
 
+def runs(prov: Mapping[str, Any]) -> List[Mapping[str, Any]]:
+    """An entry's runs in order, each a provenance record: its first run (``prov`` itself) and
+    each continuation (``prov["continued"]``)."""
+    return [prov, *prov.get("continued", [])]
+
+
 # --- the entry as a file -------------------------------------------------------------------------------
 
 
@@ -273,5 +279,5 @@ def load_actions(folder: Path, entry: Mapping[str, Any]) -> Dict[str, np.ndarray
 
 
 __all__ = ["ACTIONS_FILE", "Agent", "ENTRY_FILE", "EntryError", "MODES", "SCORES", "TIERS", "actions_digest",
-           "aggregates", "bootstrap", "file_digest", "load_actions", "new_entry", "provenance", "read_entry",
-           "write_json"]
+           "aggregates", "bootstrap", "dumps", "file_digest", "load_actions", "new_entry", "provenance",
+           "read_entry", "runs", "write_json"]
