@@ -32,6 +32,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)  # the command as typed, for provenance
     subparser = parser._subparsers._group_actions[0].choices[args.command]
     return args.run(subparser, args)
 

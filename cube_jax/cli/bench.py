@@ -159,7 +159,7 @@ def _run(parser, args) -> int:
     try:
         with _log_to_stdout():
             entry = Runner(contender, args.out, episodes=args.episodes, progress=not args.no_progress,
-                           command=["cube-jax", "bench", *sys.argv[2:]] if sys.argv[1:2] == ["bench"] else None
+                           command=["cube-jax", *args.argv]
                            ).run(tasks)
     except (BenchError, EntryError) as err:
         print(f"cube-jax bench run: error: {err}", file=sys.stderr)
@@ -239,7 +239,7 @@ def _import(parser, args) -> int:
     try:
         with _log_to_stdout():
             entry = write_entry(args.out, args.label, read_actions(args.actions), tier=args.tier,
-                                env_steps=env_steps, seeds=seeds, command=["cube-jax", *sys.argv[1:]])
+                                env_steps=env_steps, seeds=seeds, command=["cube-jax", *args.argv])
     except (BenchError, EntryError) as err:
         print(f"cube-jax bench import: error: {err}", file=sys.stderr)
         return 2

@@ -5,8 +5,8 @@
         --seeds 3 --env-steps 2000000 --out runs/sweep-ippo-easy
 
 The output folder holds ``sweep.json`` (the request, which keys ran traced or static and
-why, every point's per-seed results and curves, the chosen point), ``sweep.md`` (the
-table) and ``sweep.png`` (success per point and training curves). Each finished static
+why, every point's per-seed results and curves, the chosen point, and the provenance of the
+run that trained each group: commit, machine, command), ``sweep.md`` (the table) and ``sweep.png`` (success per point and training curves). Each finished static
 group is kept in ``groups/``; the same command run again goes on from the first unfinished
 group, and a folder made by another request is refused, naming the difference.
 """
@@ -89,6 +89,7 @@ def run(parser: argparse.ArgumentParser, args) -> int:
     log.setLevel(logging.INFO)
     request = _request(parser, args)
     config, grid = request.pop("config"), request["grid"]
+    from cube_jax.bench.entry import provenance
     from cube_jax.rl.sweep import SweepError, classify, run_group
 
     out: Path = args.out
@@ -122,7 +123,8 @@ def run(parser: argparse.ArgumentParser, args) -> int:
         def progress(done, total, seconds, i=i):
             log.info("group %d/%d: update %d/%d, %.0f s", i + 1, len(groups), done, total, seconds)
 
-        result = run_group(config, plan, grid, static, on_chunk=progress).to_json()
+        result = {**run_group(config, plan, grid, static, on_chunk=progress).to_json(),
+                  "provenance": provenance(["cube-jax", *args.argv])}
         path.write_text(json.dumps(result) + "\n")
         results.append(result)
     summary = summarize(request, plan, results)
@@ -136,11 +138,14 @@ def run(parser: argparse.ArgumentParser, args) -> int:
 
 # --- the table, the choice and the figure ----------------------------------------------------------
 METRICS = ("greedy_success_rate", "sampled_success_rate", "greedy_blocks_delivered_frac")
+# the choice's last tie-break: how soon a point learned (mean of its training-success curve)
+SPEED = "train_success_mean"
 
 
 def summarize(request: Dict[str, Any], plan, results: List[Dict[str, Any]]) -> Dict[str, Any]:
     """Every point's mean and 95% bootstrap interval over seeds, and the chosen point: the
-    highest greedy success, ties broken by sampled success, then greedy blocks delivered."""
+    highest greedy success, ties broken by sampled success, then greedy blocks delivered, then
+    the mean of the training-success curve (the point that learned sooner)."""
     from cube_jax.analytics.intervals import bootstrap_ci
 
     rows = []
@@ -154,8 +159,10 @@ def summarize(request: Dict[str, Any], plan, results: List[Dict[str, Any]]) -> D
                 row[name] = {"mean": mean, "low": low, "high": high, "per_seed": seeds}
             measured = [x for x in group["curves"]["success_rate"][p] if x is not None]
             row["train_success_last"] = measured[-1] if measured else None
+            row[SPEED] = float(np.mean(measured)) if measured else None
             rows.append(row)
-    order = max(range(len(rows)), key=lambda i: tuple(rows[i][m]["mean"] for m in METRICS))
+    order = max(range(len(rows)), key=lambda i: (*(rows[i][m]["mean"] for m in METRICS),
+                                                  -1.0 if rows[i][SPEED] is None else rows[i][SPEED]))
     return {**request, "traced": list(plan.traced), "static": list(plan.static), "why_static": plan.why_static,
             "rows": rows, "best": rows[order], "groups": results}
 
@@ -166,19 +173,33 @@ def _cell(stat: Dict[str, float]) -> str:
 
 def table(summary: Dict[str, Any]) -> str:
     keys = list(summary["grid"])
-    head = [*keys, "greedy success", "sampled success", "greedy blocks", "train success (last)"]
+    head = [*keys, "greedy success", "sampled success", "greedy blocks", "train success (last)",
+            "train success (curve mean)"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for row in summary["rows"]:
         mark = " **(chosen)**" if row == summary["best"] else ""
         last = row["train_success_last"]
         cells = [*(str(row["values"][k]) for k in keys), _cell(row["greedy_success_rate"]) + mark,
                  _cell(row["sampled_success_rate"]), _cell(row["greedy_blocks_delivered_frac"]),
-                 "-" if last is None else f"{last:.3f}"]
+                 "-" if last is None else f"{last:.3f}", "-" if row[SPEED] is None else f"{row[SPEED]:.3f}"]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join([f"{summary['algo']} sweep{' on ' + summary['task'] if summary['task'] else ''}; "
                       f"{summary['rows'][0]['env_steps']:,} env steps per point and seed; "
                       f"{summary['groups'][0]['num_seeds']} seeds; "
-                      f"mean [95% bootstrap interval over seeds]", "", *lines])
+                      f"mean [95% bootstrap interval over seeds]", "", *lines, "", *_made_by(summary)])
+
+
+def _made_by(summary: Dict[str, Any]) -> List[str]:
+    """One line per group's run: the commit, machine and command that trained it."""
+    lines = []
+    for i, group in enumerate(summary["groups"]):
+        prov = group.get("provenance")
+        if prov is None:
+            continue
+        commit = (prov.get("git_commit") or "unknown")[:7] + (" (dirty)" if prov.get("git_dirty") else "")
+        lines.append(f"group {i}: commit {commit}, {prov['device']}, {prov['cpu_model']} ({prov['cpus']} cpus), "
+                     f"{group['wall_seconds']:.0f} s: `{prov['command']}`")
+    return lines
 
 
 def plot(summary: Dict[str, Any], path: Path) -> Path:

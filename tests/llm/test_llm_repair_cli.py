@@ -67,7 +67,10 @@ def test_bench_entries_with_and_without_repair_and_demos_differ(tmp_path, capsys
             code, captured = run(["bench", "run", spec, "--tasks", "easy", "--episodes", "1", "--temperature", "0",
                                   *extra, "--out", str(out), "--no-progress"], capsys)
             assert code == 0, captured.err
-            entries[name] = json.loads((out / "entry.json").read_text())["agent"]
+            entry = json.loads((out / "entry.json").read_text())
+            # the command recorded is the one given, not the program that ran it
+            assert entry["provenance"]["command"].startswith(f"cube-jax bench run {spec} --tasks easy")
+            entries[name] = entry["agent"]
     plain, both = entries["plain"], entries["both"]
     assert plain["label"] == spec and both["label"] == f"{spec} (repair, demos 1)"
     assert "repair" not in plain["settings"]["models"][0] and "demos" not in plain["settings"]["models"][0]

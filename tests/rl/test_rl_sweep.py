@@ -83,6 +83,11 @@ def test_the_command_writes_resumes_and_refuses(tmp_path, capsys, caplog):
     assert len(summary["rows"]) == 4 and summary["best"] in summary["rows"]
     assert all(len(r["greedy_success_rate"]["per_seed"]) == 2 for r in summary["rows"])
     assert (out / "sweep.png").stat().st_size > 0 and (out / "sweep.md").read_text().count("\n|") == 6
+    # each group records the run that trained it, and the table names it
+    for group in summary["groups"]:
+        assert group["provenance"]["command"].startswith("cube-jax sweep ippo --task easy")
+        assert group["provenance"]["git_commit"] and group["provenance"]["device"].startswith("cpu")
+    assert (out / "sweep.md").read_text().count("\ngroup ") == 2
     # a rerun keeps the finished groups (no training: their files are read back)
     group = out / "groups" / "group-1.json"
     kept = json.loads(group.read_text())
@@ -98,3 +103,19 @@ def test_the_command_writes_resumes_and_refuses(tmp_path, capsys, caplog):
         main([*argv[:5], "train.ent_coef=0,0.05", *argv[6:]])
     assert stop.value.code == 2
     assert "differs in: grid" in capsys.readouterr().err
+
+
+def test_a_tie_goes_to_the_point_that_learned_sooner():
+    from types import SimpleNamespace
+
+    from cube_jax.cli.sweep import summarize
+
+    final = {m: [[1.0, 1.0], [1.0, 1.0]] for m in ("greedy_success_rate", "sampled_success_rate",
+                                                      "greedy_blocks_delivered_frac")}
+    group = {"static": {}, "points": [{"train.lr": 1e-3}, {"train.lr": 3e-3}], "env_steps": 100,
+             "wall_seconds": 1.0, "final": final,
+             "curves": {"success_rate": [[None, 0.2, 1.0], [None, 0.8, 1.0]]}}
+    plan = SimpleNamespace(traced=["train.lr"], static=[], why_static={})
+    summary = summarize({"grid": {"train.lr": [1e-3, 3e-3]}}, plan, [group])
+    assert summary["best"]["values"] == {"train.lr": 3e-3}
+    assert [r["train_success_mean"] for r in summary["rows"]] == [pytest.approx(0.6), pytest.approx(0.9)]
