@@ -116,7 +116,12 @@ def run(parser: argparse.ArgumentParser, args) -> int:
     for i, static in enumerate(groups):
         path = out / "groups" / f"group-{i}.json"
         if path.is_file():
-            results.append(json.loads(path.read_text()))
+            kept = json.loads(path.read_text())
+            if kept["static"] != static or kept["points"] != points:
+                parser.error(f"--out {out}: {path.name} holds the points {kept['static'] or ''}{kept['points']}, "
+                             f"but this sweep's group {i} is {static or ''}{points} (the keys are split into "
+                             "traced and static otherwise than when it was made); use another folder")
+            results.append(kept)
             log.info("group %d/%d %s: done before, kept", i + 1, len(groups), static or "")
             continue
 

@@ -43,6 +43,13 @@ def test_keys_split_into_traced_and_static(config):
     assert len(plan.groups(grid)) == 4 and len(plan.points(grid)) == 4
 
 
+def test_a_drawn_world_keeps_the_numbers_traced():
+    # a task's world trains on a pool of layouts drawn when the trainer is built; building it
+    # inside the traced program must not make every key static
+    n1 = build("pqn_vdn", overrides=[*(o for o in TINY if o != "env.scenario=easy"), "env.scenario=null", "env.n=1"])
+    assert sweep.classify(n1, {"pqn.lr": [1e-3, 2e-3]}).traced == ("pqn.lr",)
+
+
 def test_a_key_training_never_reads_is_refused():
     pqn = build("pqn_vdn", overrides=TINY)
     with pytest.raises(sweep.SweepError, match="never reads train.lr"):
@@ -98,6 +105,12 @@ def test_the_command_writes_resumes_and_refuses(tmp_path, capsys, caplog):
         assert main(argv) == 0
     assert sum("done before, kept" in r.getMessage() for r in caplog.records) == 2
     assert json.loads(group.read_text())["wall_seconds"] == -1.0
+    # a kept group whose points are not this sweep's (the keys split otherwise) is refused, not read as done
+    kept["points"] = [{"train.ent_coef": 0.5}]
+    group.write_text(json.dumps(kept))
+    with pytest.raises(SystemExit) as stop:
+        main(argv)
+    assert stop.value.code == 2 and "group-1.json holds the points" in capsys.readouterr().err
     # the same folder with another grid is refused, naming what differs
     with pytest.raises(SystemExit) as stop:
         main([*argv[:5], "train.ent_coef=0,0.05", *argv[6:]])
