@@ -24,6 +24,7 @@ program. Its ``__call__(key)`` is pure and jittable.
 """
 from __future__ import annotations
 
+import functools
 from typing import Optional, Tuple
 
 import jax
@@ -187,21 +188,38 @@ class PoolLayouts(LayoutGenerator):
         """``size`` layouts of ``source`` from the keys ``split(PRNGKey(seed), size)``, leaving out
         every test layout of the suite (replaced, in order, by the draws of further key rounds
         ``split(fold_in(PRNGKey(seed), r), size)``, r = 1, 2, ...); RuntimeError when a layout's
-        blocks found no place. The pool is a constant of the seed: drawn when called, even inside a
-        function being traced (a trainer built in a jitted program, as a sweep builds it)."""
+        blocks found no place.
+
+        The pool is a constant of (source, size, seed): the last few drawn are kept, and a draw
+        asked for inside a function being traced (a trainer built in a jitted program, as a
+        sweep builds it) is the kept one, or is computed then and there, never staged."""
+        try:
+            return _drawn_pool(cls, source, int(size), int(seed))
+        except TypeError:  # a source that cannot be a cache key (arrays in its fields)
+            return _draw_pool(cls, source, int(size), int(seed))
+
+
+@functools.lru_cache(maxsize=8)
+def _drawn_pool(cls, source: LayoutGenerator, size: int, seed: int) -> PoolLayouts:
+    return _draw_pool(cls, source, size, seed)
+
+
+def _draw_pool(cls, source: LayoutGenerator, size: int, seed: int) -> PoolLayouts:
+    if isinstance(jnp.zeros(()), jax.core.Tracer):  # called while tracing: compute the constant now
         with jax.ensure_compile_time_eval():
-            root = jax.random.PRNGKey(seed)
-            parts, count, rounds = [], 0, 0
-            while count < size:
-                keys = jax.random.split(root if rounds == 0 else jax.random.fold_in(root, rounds), size)
-                layouts, ok = draw_layouts(source, keys)
-                if not bool(np.all(np.asarray(ok))):
-                    raise RuntimeError(f"PoolLayouts.draw: block placement failed for some layouts of {source!r}")
-                test = {i for i, _ in _test_layouts_in(source, layouts)}
-                keep = np.array([i for i in range(size) if i not in test], dtype=int)[: size - count]
-                parts.append(jax.tree.map(lambda x: x[keep], layouts))
-                count, rounds = count + len(keep), rounds + 1
-            return cls.of(jax.tree.map(lambda *xs: jnp.concatenate(xs), *parts), source.grid_size)
+            return _draw_pool(cls, source, size, seed)
+    root = jax.random.PRNGKey(seed)
+    parts, count, rounds = [], 0, 0
+    while count < size:
+        keys = jax.random.split(root if rounds == 0 else jax.random.fold_in(root, rounds), size)
+        layouts, ok = draw_layouts(source, keys)
+        if not bool(np.all(np.asarray(ok))):
+            raise RuntimeError(f"PoolLayouts.draw: block placement failed for some layouts of {source!r}")
+        test = {i for i, _ in _test_layouts_in(source, layouts)}
+        keep = np.array([i for i in range(size) if i not in test], dtype=int)[: size - count]
+        parts.append(jax.tree.map(lambda x: x[keep], layouts))
+        count, rounds = count + len(keep), rounds + 1
+    return cls.of(jax.tree.map(lambda *xs: jnp.concatenate(xs), *parts), source.grid_size)
 
 
 def _test_layouts_in(source: LayoutGenerator, layouts: Layout):

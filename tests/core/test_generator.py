@@ -93,3 +93,17 @@ def test_pool_reset_picks_pool_layouts():
         state, _ = env.reset(jax.random.PRNGKey(seed))
         assert tuple(map(tuple, np.asarray(state.block_pos))) in pool
     assert len(pool) == 8
+
+
+def test_a_pool_is_drawn_once_and_the_same_inside_a_trace():
+    from cube_jax.core.layouts import CurriculumLayouts, PoolLayouts, _drawn_pool
+
+    source = CurriculumLayouts.of(2)
+    eager = PoolLayouts.draw(source, 8, 5)
+    assert PoolLayouts.draw(source, 8, 5) is eager  # kept, not drawn again
+    _drawn_pool.cache_clear()
+    # asked for while tracing, it is computed then (concrete), not staged into the program
+    inside = {}
+    jax.make_jaxpr(lambda x: inside.setdefault("pool", PoolLayouts.draw(source, 8, 5)) and x)(0.0)
+    assert not isinstance(inside["pool"].layouts.block_pos, jax.core.Tracer)
+    np.testing.assert_array_equal(inside["pool"].layouts.block_pos, eager.layouts.block_pos)
