@@ -29,6 +29,7 @@ EXPECTED = {
     "docs/browser.md": {"benchmarks/web_browser.py"},
     "docs/performance.md": {"benchmarks/throughput.py", "benchmarks/profile_parts.py", "benchmarks/train_rate.py"},
     "docs/jaxmarl.md": {"benchmarks/jaxmarl_throughput.py"},
+    "docs/baselines.md": {"benchmarks/tuning.py"},
 }
 
 
