@@ -172,9 +172,30 @@ def provenance(command: Optional[Sequence[str]] = None) -> Dict[str, Any]:
         "device": f"{device.platform}: {getattr(device, 'device_kind', device.platform)}",
         "cpu_model": cpu_model(),
         "cpus": usable_cpus(),
-        "command": shlex.join(command if command is not None else ["cube-jax", *sys.argv[1:]]),
+        "command": shlex.join(_without_secrets(command if command is not None else ["cube-jax", *sys.argv[1:]])),
         "started": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
     }
+
+
+SECRET_OPTIONS = ("--api-key",)
+
+
+def _without_secrets(argv: Sequence[str]) -> List[str]:
+    """``argv`` with the value of every secret option (``--api-key KEY``, ``--api-key=KEY``)
+    replaced by ``***``: a command recorded in an entry never holds a key."""
+    out, hide = [], False
+    for arg in argv:
+        if hide:
+            out.append("***")
+            hide = False
+        elif arg in SECRET_OPTIONS:
+            out.append(arg)
+            hide = True
+        elif arg.split("=", 1)[0] in SECRET_OPTIONS and "=" in arg:
+            out.append(arg.split("=", 1)[0] + "=***")
+        else:
+            out.append(arg)
+    return out
 
 
 def runs(prov: Mapping[str, Any]) -> List[Mapping[str, Any]]:

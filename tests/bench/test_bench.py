@@ -424,6 +424,7 @@ def test_language_agents_leave_traces_and_tokens_as_evidence(tmp_path, capsys):
     for path in out.rglob("*"):
         if path.is_file():
             assert b"sk-bench-secret-1" not in path.read_bytes(), path
+    assert "--api-key '***'" in entry["provenance"]["command"]  # the command is recorded, its key is not
     assert verify(out).tasks["easy"]["replayed"] == 2
 
 
