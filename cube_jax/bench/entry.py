@@ -172,7 +172,7 @@ def provenance(command: Optional[Sequence[str]] = None) -> Dict[str, Any]:
         "device": f"{device.platform}: {getattr(device, 'device_kind', device.platform)}",
         "cpu_model": cpu_model(),
         "cpus": usable_cpus(),
-        "command": shlex.join(_without_secrets(command if command is not None else ["cube-jax", *sys.argv[1:]])),
+        "command": shlex.join(without_secrets(command if command is not None else ["cube-jax", *sys.argv[1:]])),
         "started": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
     }
 
@@ -180,9 +180,9 @@ def provenance(command: Optional[Sequence[str]] = None) -> Dict[str, Any]:
 SECRET_OPTIONS = ("--api-key",)
 
 
-def _without_secrets(argv: Sequence[str]) -> List[str]:
+def without_secrets(argv: Sequence[str]) -> List[str]:
     """``argv`` with the value of every secret option (``--api-key KEY``, ``--api-key=KEY``)
-    replaced by ``***``: a command recorded in an entry never holds a key."""
+    replaced by ``***``: a recorded command (an entry's, a language-agent run's) never holds a key."""
     out, hide = [], False
     for arg in argv:
         if hide:
@@ -301,4 +301,4 @@ def load_actions(folder: Path, entry: Mapping[str, Any]) -> Dict[str, np.ndarray
 
 __all__ = ["ACTIONS_FILE", "Agent", "ENTRY_FILE", "EntryError", "MODES", "SCORES", "TIERS", "actions_digest",
            "aggregates", "bootstrap", "dumps", "file_digest", "load_actions", "new_entry", "provenance",
-           "read_entry", "runs", "write_json"]
+           "read_entry", "runs", "without_secrets", "write_json"]

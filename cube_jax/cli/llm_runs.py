@@ -14,10 +14,10 @@ from __future__ import annotations
 import json
 import logging
 import os
-import sys
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
+from cube_jax.bench.entry import without_secrets
 from cube_jax.cli.args import check_writable
 from cube_jax.names import agent_name
 
@@ -133,7 +133,7 @@ def run_settings(args, members, models) -> Dict[str, Any]:
         "strategy_tips": args.strategy_tips, "feedback": args.feedback, "reply_schema": args.reply_schema,
         "local_server": None if models.local is None else models.local.settings(),
         "world_model": None if args.world_model is None else str(args.world_model),
-        "command": ["cube-jax", "llm", *sys.argv[2:]] if sys.argv[1:2] == ["llm"] else None,
+        "command": ["cube-jax", *without_secrets(args.argv)],
         "versions": versions(),
     })
     return out

@@ -51,6 +51,8 @@ def test_every_topology_runs_end_to_end(tmp_path, capsys, topology):
     assert "2 episodes: success 2/2" in captured.out
     run = json.loads((out / "run.json").read_text())
     assert run["topology"] == topology and run["model"] == "fake-model"
+    # the command is recorded as given, its key masked
+    assert run["command"][:2] == ["cube-jax", "llm"] and run["command"][run["command"].index("--api-key") + 1] == "***"
     # the key reached the server and nothing on disk
     for path in out.rglob("*"):
         if path.is_file():
@@ -289,7 +291,7 @@ def test_resume_with_other_options_is_refused_naming_each_difference(tmp_path, c
                 "--no-timelines", "--no-progress"]
         assert llm(argv, capsys)[0] == 0
     run = json.loads((out / "run.json").read_text())
-    assert run["command"] is None or run["command"][:2] == ["cube-jax", "llm"]
+    assert run["command"] == ["cube-jax", "llm", *argv]
     assert {"python", "cube_jax", "jax"} <= set(run["versions"])
     with pytest.raises(SystemExit) as exit_info:
         cli.main(["llm", "--resume", str(out), "--topology", "debate", "--max-repairs", "5"])
