@@ -6,9 +6,10 @@
 
 The output folder holds ``sweep.json`` (the request, which keys ran traced or static and
 why, every point's per-seed results and curves, the chosen point, and the provenance of the
-run that trained each group: commit, machine, command), ``sweep.md`` (the table) and ``sweep.png`` (success per point and training curves). Each finished static
-group is kept in ``groups/``; the same command run again goes on from the first unfinished
-group, and a folder made by another request is refused, naming the difference.
+run that trained each group: commit, machine, command), ``sweep.md`` (the table) and
+``sweep.png`` (success per point and training curves). Each finished static group is kept
+in ``groups/``; the same command run again goes on from the first unfinished group, and a
+folder made by another request is refused, naming the difference.
 """
 from __future__ import annotations
 

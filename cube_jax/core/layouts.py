@@ -194,9 +194,10 @@ class PoolLayouts(LayoutGenerator):
         asked for inside a function being traced (a trainer built in a jitted program, as a
         sweep builds it) is the kept one, or is computed then and there, never staged."""
         try:
-            return _drawn_pool(cls, source, int(size), int(seed))
+            hash(source)
         except TypeError:  # a source that cannot be a cache key (arrays in its fields)
             return _draw_pool(cls, source, int(size), int(seed))
+        return _drawn_pool(cls, source, int(size), int(seed))
 
 
 @functools.lru_cache(maxsize=8)
