@@ -34,7 +34,7 @@ from typing import Callable, Dict, List, Mapping, NamedTuple, Optional, Sequence
 from urllib.parse import quote
 
 from cube_jax.bench import crossplay as crossplays
-from cube_jax.bench.entry import ENTRY_FILE, read_entry, runs
+from cube_jax.bench.entry import ENTRY_FILE, read_entry, runs, short_commit
 from cube_jax.bench.text import fixed, markdown_cell, plot_label
 from cube_jax.core import suite
 
@@ -114,11 +114,6 @@ def _label(agent: Mapping) -> str:
     return f"{agent['label']} ({topology})" if topology else agent["label"]
 
 
-def _short_commit(run: Mapping) -> str:
-    commit = (run.get("git_commit") or "unknown")[:7]
-    return commit + "+dirty" if run.get("git_dirty") else commit
-
-
 def _named_tasks(run: Mapping) -> Optional[List[str]]:
     """The tasks a run made: its ``tasks`` list; for a run recorded without one, the tasks its
     command named (``--tasks``); None for every task (``all``, or no ``--tasks``)."""
@@ -145,8 +140,8 @@ def task_commit(provenance: Mapping, task: str) -> str:
     for run in reversed(runs(provenance)):
         named = _named_tasks(run)
         if named is None or task in named:
-            return _short_commit(run)
-    return _short_commit(provenance)
+            return short_commit(run)
+    return short_commit(provenance)
 
 
 def _success_alone(entries: Sequence[dict], spec: str, task: str, mode: str) -> Optional[float]:

@@ -198,6 +198,12 @@ def without_secrets(argv: Sequence[str]) -> List[str]:
     return out
 
 
+def short_commit(run: Mapping[str, Any]) -> str:
+    """A provenance record's commit, shortened, with ``+dirty`` when the tree was."""
+    commit = (run.get("git_commit") or "unknown")[:7]
+    return commit + "+dirty" if run.get("git_dirty") else commit
+
+
 def runs(prov: Mapping[str, Any]) -> List[Mapping[str, Any]]:
     """An entry's runs in order, each a provenance record: its first run (``prov`` itself) and
     each continuation (``prov["continued"]``)."""
@@ -301,4 +307,4 @@ def load_actions(folder: Path, entry: Mapping[str, Any]) -> Dict[str, np.ndarray
 
 __all__ = ["ACTIONS_FILE", "Agent", "ENTRY_FILE", "EntryError", "MODES", "SCORES", "TIERS", "actions_digest",
            "aggregates", "bootstrap", "dumps", "file_digest", "load_actions", "new_entry", "provenance",
-           "read_entry", "runs", "without_secrets", "write_json"]
+           "read_entry", "runs", "short_commit", "without_secrets", "write_json"]

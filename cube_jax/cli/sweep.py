@@ -197,13 +197,14 @@ def table(summary: Dict[str, Any]) -> str:
 
 def _made_by(summary: Dict[str, Any]) -> List[str]:
     """One line per group's run: the commit, machine and command that trained it."""
+    from cube_jax.bench.entry import short_commit
+
     lines = []
     for i, group in enumerate(summary["groups"]):
         prov = group.get("provenance")
         if prov is None:
             continue
-        commit = (prov.get("git_commit") or "unknown")[:7] + (" (dirty)" if prov.get("git_dirty") else "")
-        lines.append(f"group {i}: commit {commit}, {prov['device']}, {prov['cpu_model']} ({prov['cpus']} cpus), "
+        lines.append(f"group {i}: commit {short_commit(prov)}, {prov['device']}, {prov['cpu_model']} ({prov['cpus']} cpus), "
                      f"{group['wall_seconds']:.0f} s: `{prov['command']}`")
     return lines
 
