@@ -129,7 +129,11 @@ def read_meta(directory: Path) -> Dict[str, Any]:
         return json.load(f)
 
 
-def restore_actor(directory: Path, abstract_params: Any) -> Any:
+def restore_actor(directory: Path, abstract_params: Any = None) -> Any:
+    """The saved policy's parameters laid out like ``abstract_params`` on the first device;
+    without it, as written: nested dicts of host arrays (read by cube_jax/rl/transfer.py)."""
+    if abstract_params is None:
+        return _restore_tree(readable(directory) / POLICY_DIR, None)
     single = jax.sharding.SingleDeviceSharding(jax.devices()[0])
     abstract = jax.tree.map(lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=single), abstract_params)
     return _restore_tree(readable(directory) / POLICY_DIR, abstract)

@@ -231,13 +231,13 @@ def build(
 
 
 def _check_init_from(config: Config) -> None:
-    """train.init_from names a saved run whose network can start this one."""
-    from cube_jax.rl.transfer import TransferError, check_compatible, read_source
+    """train.init_from names a saved run (or policy) whose network can start this one."""
+    from cube_jax.rl.transfer import TransferError, check_compatible, policy_only, read_source
 
     try:
-        _, meta = read_source(config.train.init_from)
+        folder, meta = read_source(config.train.init_from)
         check_compatible(meta, config.algo, config.network.model_dump(), config.env.observation,
-                         config.train.init_from, config.env.view_radius)
+                         config.train.init_from, config.env.view_radius, policy_alone=policy_only(folder))
     except TransferError as err:
         raise ConfigError(str(err)) from None
 

@@ -150,8 +150,9 @@ class TrainSection(Section):
     init_from: Optional[Text] = Field(
         None, description="ippo and pqn_vdn: a run folder whose parameters start this run, at another team size "
         "too (seed i from its seed i mod S; the first layer's inputs matched by feature, new ones from 0; a fresh "
-        "optimizer and update count; cube_jax/rl/transfer.py). A resumed run continues from its own checkpoint "
-        "(null: a fresh start)",
+        "optimizer and update count; cube_jax/rl/transfer.py); or a saved policy alone, builtin:NAME or a "
+        "checkpoint without runner/, whose policy network starts every seed (a PPO critic, mappo's too, starts "
+        "fresh). A resumed run continues from its own checkpoint (null: a fresh start)",
     )
     max_seconds: Optional[PositiveInt] = Field(
         None, description="a wall-clock limit: stop after the first jitted call that ends this many seconds into "

@@ -19,6 +19,12 @@ Only networks that read the agent's observation alone are carried over: IPPO's a
 critic (feedforward or recurrent) and PQN-VDN's Q-network. MAPPO's critic reads the world
 vector, whose layout is another matter, and is refused.
 
+A source may also be a saved policy alone, with no training state: a shipped one
+(``train.init_from=builtin:ippo-n3``, :mod:`cube_jax.rl.builtin`) or a checkpoint folder
+without its ``runner/``. Then the policy network alone is carried over, to every seed (the
+actor; PQN-VDN's Q-network, which is its policy), and a PPO critic starts fresh, so MAPPO
+can start this way too.
+
 >>> observation_labels("vector", num_agents=2, num_blocks=1)
 [('id', 0), ('id', 1), ('own', 'row'), ('own', 'col'), ('time',), ('block', 0, 0), ('block', 0, 1), \
 ('block', 0, 2), ('block', 0, 3), ('block', 0, 4), ('agent', 0, 'row'), ('agent', 0, 'col'), ('agent', 1, 'row'), \
@@ -40,10 +46,12 @@ import numpy as np
 
 from cube_jax.core.observations import EGO_CHANNELS
 from cube_jax.rl import algorithms
-from cube_jax.rl.checkpoint import POLICY_META, RUNNER_DIR, read_meta, readable, restore_runner
+from cube_jax.rl.checkpoint import (POLICY_DIR, POLICY_META, RUNNER_DIR, read_meta, readable, restore_actor,
+                                   restore_runner)
 from cube_jax.rl.policy import BLOCKED_FEATURES
 
-__all__ = ["SUPPORTED_ALGOS", "TransferError", "observation_labels", "embed_first_layer", "init_from"]
+__all__ = ["SUPPORTED_ALGOS", "TransferError", "observation_labels", "embed_first_layer", "init_from", "policy_only",
+           "read_source"]
 
 Label = Tuple[Any, ...]
 # config.algo values whose networks read the agent's own observation only
@@ -101,22 +109,43 @@ def _labels_of(meta: Dict[str, Any], num_agents: int, num_blocks: int) -> Option
                               int(kwargs.get("view_radius", 3)), bool(meta["network"].get("blocked_moves", False)))
 
 
+BUILTIN_PREFIX = "builtin:"
+
+
 def read_source(path) -> Tuple[Path, Dict[str, Any]]:
-    """The checkpoint folder of run ``path`` (a run folder or its ``checkpoint/``) and its
-    policy metadata; raises :class:`TransferError` with the path when there is none."""
+    """The checkpoint folder of run ``path`` (a run folder, its ``checkpoint/``, or
+    ``builtin:NAME``) and its policy metadata; raises :class:`TransferError` with the path
+    when there is none."""
+    text = str(path)
+    if text.startswith(BUILTIN_PREFIX):
+        from cube_jax.rl import builtin
+
+        try:
+            path = builtin.path(text[len(BUILTIN_PREFIX):])
+        except ValueError as err:
+            raise TransferError(f"train.init_from={text!r}: {err}") from None
     path = Path(str(path))
     folder = path / "checkpoint" if readable(path / "checkpoint").is_dir() else path
-    if not (readable(folder) / POLICY_META).is_file() or not (readable(folder) / RUNNER_DIR).is_dir():
-        raise TransferError(f"train.init_from={str(path)!r}: no checkpoint there (expected {folder / POLICY_META} "
-                            f"and {folder / RUNNER_DIR}/; was the run saved with output.checkpoint=true?)")
+    if not (readable(folder) / POLICY_META).is_file() or not (
+            (readable(folder) / RUNNER_DIR).is_dir() or (readable(folder) / POLICY_DIR).is_dir()):
+        raise TransferError(f"train.init_from={text!r}: no checkpoint there (expected {folder / POLICY_META} "
+                            f"and {folder / RUNNER_DIR}/ or {folder / POLICY_DIR}/; was the run saved with "
+                            "output.checkpoint=true?)")
     return folder, read_meta(folder)
 
 
+def policy_only(folder: Path) -> bool:
+    """Whether the checkpoint ``folder`` holds a policy alone (no training state to carry)."""
+    return not (readable(folder) / RUNNER_DIR).is_dir()
+
+
 def check_compatible(source_meta: Dict[str, Any], algo: str, network: Dict[str, Any], observation: str,
-                     where: str, view_radius: int = 3) -> None:
+                     where: str, view_radius: int = 3, policy_alone: bool = False) -> None:
     """Raises :class:`TransferError` unless the source run's algorithm, network and
-    observation form can start a run of ``algo`` with ``network`` on ``observation``."""
-    if not algorithms.get(algo).transfers:
+    observation form can start a run of ``algo`` with ``network`` on ``observation``
+    (``policy_alone``: the source is a policy without training state, whose critic is not
+    carried over)."""
+    if not algorithms.get(algo).transfers and not policy_alone:
         raise TransferError(f"train.init_from: algo={algo} is not supported; {', '.join(SUPPORTED_ALGOS)} are "
                             "(MAPPO's critic reads the world vector, whose layout is not carried over)")
     if source_meta["algo"] != algo:
@@ -146,11 +175,14 @@ def init_from(path, runner: Any, *, algo: str, network: Dict[str, Any], observat
     import cube_jax
 
     folder, meta = read_source(path)
-    check_compatible(meta, algo, network, observation, str(path), view_radius)
+    alone = policy_only(folder)
+    check_compatible(meta, algo, network, observation, str(path), view_radius, policy_alone=alone)
     source_env = cube_jax.make(**meta["env_kwargs"])
     old = _labels_of(meta, source_env.cfg.num_agents, source_env.cfg.num_blocks)
     new = _labels_of({"env_kwargs": {"observation": observation, "view_radius": view_radius}, "network": network},
                      num_agents, num_blocks)
+    if alone:
+        return _init_policy_from(path, folder, meta, runner, old, new)
     saved = restore_runner(folder)["params"]
     flat_target, treedef = jax.tree_util.tree_flatten_with_path(runner.params)
     flat_saved = dict((_path_text(p), leaf) for p, leaf in jax.tree_util.tree_flatten_with_path(saved)[0])
@@ -161,19 +193,60 @@ def init_from(path, runner: Any, *, algo: str, network: Dict[str, Any], observat
     leaves, embedded = [], 0
     for p, leaf in flat_target:
         name = _path_text(p)
-        value = np.asarray(flat_saved[name])[sources]
-        if value.shape != leaf.shape:
-            if old is None or new is None or not name.endswith("kernel") or value.shape[-1] != leaf.shape[-1]:
-                raise TransferError(f"train.init_from={str(path)!r}: parameter {name} has shape "
-                                    f"{tuple(value.shape[1:])} there and {tuple(leaf.shape[1:])} here")
-            value = embed_first_layer(value, old, new)
-            embedded += 1
+        value, reindexed = _carried(path, name, np.asarray(flat_saved[name])[sources], leaf, old, new)
+        embedded += reindexed
         leaves.append(jax.device_put(value.astype(leaf.dtype), leaf.sharding))
     params = jax.tree_util.tree_unflatten(treedef, leaves)
-    world = meta["env_kwargs"].get("scenario") or f"n = {meta['env_kwargs'].get('n')}"
+    world = _world_of(meta)
     kept = len(set(new) & set(old)) if old and new else None
     line = (f"parameters from {folder} ({meta['algo']} on {world}, {meta.get('env_steps', 0):,} env steps; "
             f"seeds {', '.join(map(str, sources))}); "
             + (f"{embedded} first layer(s) re-indexed: {kept} of {len(new)} inputs carried over, the rest start at 0"
                if embedded else "every layer carried over as it was"))
+    return runner.replace(params=params), line
+
+
+def _world_of(meta: Dict[str, Any]) -> str:
+    return meta["env_kwargs"].get("scenario") or f"n = {meta['env_kwargs'].get('n')}"
+
+
+def _carried(path, name: str, value: np.ndarray, leaf: Any, old, new) -> Tuple[np.ndarray, bool]:
+    """The saved ``value`` laid out as the target ``leaf`` (its first layer re-indexed when the
+    inputs differ), and whether it was re-indexed."""
+    if value.shape == leaf.shape:
+        return value, False
+    if old is None or new is None or not name.endswith("kernel") or value.shape[-1] != leaf.shape[-1]:
+        raise TransferError(f"train.init_from={str(path)!r}: parameter {name} has shape "
+                            f"{tuple(value.shape[1:])} there and {tuple(leaf.shape[1:])} here")
+    return embed_first_layer(value, old, new), True
+
+
+def _init_policy_from(path, folder: Path, meta: Dict[str, Any], runner: Any, old, new) -> Tuple[Any, str]:
+    """``runner`` with its policy network (a PPO actor; PQN-VDN's Q-network) taken from the
+    policy saved in ``folder``, the same for every seed; everything else as it was."""
+    q_values = algorithms.of_meta(meta).q_values
+    target = runner.params if q_values else runner.params["actor"]
+    saved = restore_actor(folder, None)  # as written: nested dicts of host arrays, no seed axis
+    saved = saved["q_network"] if q_values else saved
+    flat_target, treedef = jax.tree_util.tree_flatten_with_path(target)
+    flat_saved = dict((_path_text(p), leaf) for p, leaf in jax.tree_util.tree_flatten_with_path(saved)[0])
+    if set(flat_saved) != {_path_text(p) for p, _ in flat_target}:
+        raise TransferError(f"train.init_from={str(path)!r}: its policy's parameters are not this network's "
+                            f"({sorted(flat_saved)[:3]}... against {[_path_text(p) for p, _ in flat_target][:3]}...)")
+    leaves, embedded = [], 0
+    for p, leaf in flat_target:
+        name = _path_text(p)
+        seeds = leaf.shape[0]
+        value = np.broadcast_to(np.asarray(flat_saved[name]), (seeds,) + np.shape(flat_saved[name]))
+        value, reindexed = _carried(path, name, value, leaf, old, new)
+        embedded += reindexed
+        leaves.append(jax.device_put(np.ascontiguousarray(value).astype(leaf.dtype), leaf.sharding))
+    policy = jax.tree_util.tree_unflatten(treedef, leaves)
+    params = policy if q_values else {**runner.params, "actor": policy}
+    kept = len(set(new) & set(old)) if old and new else None
+    line = (f"policy from {folder} ({meta['algo']} on {_world_of(meta)}, {meta.get('env_steps', 0):,} env steps, "
+            f"its seed {meta.get('seed', '?')}) for every seed; "
+            + ("" if q_values else "the critic starts fresh; ")
+            + (f"{embedded} first layer(s) re-indexed: {kept} of {len(new)} inputs carried over, the rest start at 0"
+               if embedded else "every policy layer carried over as it was"))
     return runner.replace(params=params), line

@@ -16,7 +16,7 @@ import cube_jax  # noqa: E402
 from cube_jax.rl import config as C  # noqa: E402
 from cube_jax.rl import policy as rl_policy  # noqa: E402
 from cube_jax.rl import transfer  # noqa: E402
-from cube_jax.rl.checkpoint import restore_runner  # noqa: E402
+from cube_jax.rl.checkpoint import read_meta, restore_runner  # noqa: E402
 from cube_jax.rl.ppo import PPO  # noqa: E402
 from tests.rl_tiny import TINY_GRU, TINY_PPO, TINY_WORLD  # noqa: E402
 
@@ -107,6 +107,50 @@ def test_a_network_started_at_n4_acts_as_the_n2_network_on_what_it_sees(source):
     summary = run.train_and_report(cfg)
     assert summary["env_steps"] > 0
     assert yaml.safe_load((source.parent / "n4" / "config.yaml").read_text())["train"]["init_from"] == str(source)
+
+
+def test_a_saved_policy_alone_starts_every_seed_and_the_critic_starts_fresh(source, tmp_path):
+    # a checkpoint without runner/ (as the package ships its policies): the actor is carried over
+    import shutil
+
+    alone = tmp_path / "policy-only"
+    alone.mkdir()
+    shutil.copy(source / "checkpoint" / "policy.json", alone / "policy.json")
+    shutil.copytree(source / "checkpoint" / "policy", alone / "policy")
+    assert transfer.policy_only(alone) and not transfer.policy_only(source / "checkpoint")
+    overrides = list(TINY_PPO) + WORLD + ["env.n=4", "num_seeds=2", "network.blocked_moves=true",
+                                          f"train.init_from={alone}"]
+    ppo = PPO(C.build("ippo", overrides=overrides))
+    fresh = jax.jit(jax.vmap(ppo.init))(jax.random.split(jax.random.PRNGKey(1), 2))
+    started, line = transfer.init_from(alone, fresh, algo="ippo", network=ppo.config.network.model_dump(),
+                                       observation="vector", num_agents=4, num_blocks=6)
+    assert "for every seed; the critic starts fresh; 1 first layer(s) re-indexed: 28 of 49" in line
+    meta = read_meta(alone)
+    saved = jax.tree.map(lambda x: np.asarray(x)[meta["seed_index"]], restore_runner(source / "checkpoint")["params"])
+    old, new = (transfer.observation_labels("vector", n, b, blocked_moves=True) for n, b in ((2, 3), (4, 6)))
+    x_new = np.asarray(jax.random.normal(jax.random.PRNGKey(0), (5, len(new))), np.float32)
+    x_old = x_new[:, [new.index(label) for label in old]]
+    for seed in range(2):
+        mine = jax.tree.map(lambda x: np.asarray(x)[seed], started.params["actor"])
+        np.testing.assert_allclose(ppo.actor.apply(mine, x_new), ppo.actor.apply(saved["actor"], x_old),
+                                   rtol=1e-5, atol=1e-5)
+    assert jax.tree.all(jax.tree.map(lambda a, b: np.array_equal(a, b), started.params["critic"],
+                                     fresh.params["critic"]))
+    # MAPPO may start from a policy alone (its critic is not carried), from a MAPPO policy
+    with pytest.raises(C.ConfigError, match="that run trained ippo, this one mappo"):
+        C.build("mappo", overrides=overrides)
+
+
+def test_a_shipped_policy_is_a_source_by_name():
+    folder, meta = transfer.read_source("builtin:ippo-n3")
+    assert transfer.policy_only(folder) and meta["env_kwargs"]["observation"] == "egocentric_noid"
+    with pytest.raises(C.ConfigError, match="no built-in policy 'nope'; the package ships ippo-easy"):
+        C.build("ippo", overrides=["train.init_from=builtin:nope"])
+    with pytest.raises(C.ConfigError, match="that run observed 'egocentric_noid', this one env.observation='vector'"):
+        C.build("ippo", overrides=["env.scenario=null", "env.n=4", "train.init_from=builtin:ippo-n3"])
+    cfg = C.build("mappo", overrides=["env.scenario=null", "env.n=4", "env.observation=egocentric_noid",
+                                      "train.init_from=builtin:mappo-n3"])
+    assert cfg.train.init_from == "builtin:mappo-n3"
 
 
 @pytest.mark.parametrize("override, message", [
