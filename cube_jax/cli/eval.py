@@ -110,10 +110,9 @@ def _checkpoint_world(parser, args, path: Path, world: dict) -> dict:
     except Exception as err:  # noqa: BLE001 - orbax and flax raise many types for a damaged checkpoint
         parser.error(f"argument --policy: cannot read the checkpoint in {str(path)!r}: {type(err).__name__}: "
                      f"{_one_line(err)}")
-    if world:
-        kwargs.pop("n", None)
-        kwargs.pop("scenario", None)
-        kwargs.pop("pool_size", None)
+    if world:  # the world asked for, with its own episode limit; the observation the policy reads
+        for key in ("n", "scenario", "pool_size", "max_steps"):
+            kwargs.pop(key, None)
         kwargs.update(world)
     return kwargs
 

@@ -17,8 +17,8 @@ from tests.rl.test_rl_baselines import REPO, TINY, run_folder, run_script, subpr
 def trained_at_two(tmp_path_factory):
     root = tmp_path_factory.mktemp("team-sizes")
     stdout = run_script("ippo.py", [*TINY, "env.scenario=null", "env.n=2", "env.observation=egocentric_noid",
-                                    "env.view_radius=2", "num_seeds=1", "output.gif=false", f"output.root={root}",
-                                    "output.name=n2"], root)
+                                    "env.view_radius=2", "env.max_steps=50", "num_seeds=1", "output.gif=false",
+                                    f"output.root={root}", "output.name=n2"], root)
     return run_folder(stdout)
 
 
@@ -36,6 +36,8 @@ def test_it_plays_other_team_sizes_in_eval_and_bench(trained_at_two, tmp_path):
                 "--json", str(out), cwd=REPO)
     assert done.returncode == 0, done.stderr[-3000:]
     assert len(json.loads(out.read_text())["episodes"]) == 2
+    # n = 4's own episode limit, not the training world's
+    assert "max_steps" not in json.loads(out.read_text())["env"] and "(max_steps 480)" in done.stdout
     entry = tmp_path / "entry"
     done = _cli("bench", "run", f"policy:{trained_at_two}", "--tasks", "n3", "--episodes", "2", "--no-progress",
                 "--out", str(entry), cwd=REPO)
