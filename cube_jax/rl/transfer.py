@@ -184,11 +184,7 @@ def init_from(path, runner: Any, *, algo: str, network: Dict[str, Any], observat
     if alone:
         return _init_policy_from(path, folder, meta, runner, old, new)
     saved = restore_runner(folder)["params"]
-    flat_target, treedef = jax.tree_util.tree_flatten_with_path(runner.params)
-    flat_saved = dict((_path_text(p), leaf) for p, leaf in jax.tree_util.tree_flatten_with_path(saved)[0])
-    if set(flat_saved) != {_path_text(p) for p, _ in flat_target}:
-        raise TransferError(f"train.init_from={str(path)!r}: its parameters are not this network's "
-                            f"({sorted(flat_saved)[:3]}... against {[_path_text(p) for p, _ in flat_target][:3]}...)")
+    flat_target, treedef, flat_saved = _matched(path, runner.params, saved, "its parameters")
     sources = np.arange(flat_target[0][1].shape[0]) % jax.tree_util.tree_leaves(saved)[0].shape[0]  # i mod S
     leaves, embedded = [], 0
     for p, leaf in flat_target:
@@ -204,6 +200,17 @@ def init_from(path, runner: Any, *, algo: str, network: Dict[str, Any], observat
             + (f"{embedded} first layer(s) re-indexed: {kept} of {len(new)} inputs carried over, the rest start at 0"
                if embedded else "every layer carried over as it was"))
     return runner.replace(params=params), line
+
+
+def _matched(path, target: Any, saved: Any, what: str):
+    """``(target's leaves with their paths, its treedef, saved leaves by path name)``; raises
+    :class:`TransferError` unless both trees name the same parameters."""
+    flat_target, treedef = jax.tree_util.tree_flatten_with_path(target)
+    flat_saved = dict((_path_text(p), leaf) for p, leaf in jax.tree_util.tree_flatten_with_path(saved)[0])
+    if set(flat_saved) != {_path_text(p) for p, _ in flat_target}:
+        raise TransferError(f"train.init_from={str(path)!r}: {what} are not this network's "
+                            f"({sorted(flat_saved)[:3]}... against {[_path_text(p) for p, _ in flat_target][:3]}...)")
+    return flat_target, treedef, flat_saved
 
 
 def _world_of(meta: Dict[str, Any]) -> str:
@@ -228,11 +235,7 @@ def _init_policy_from(path, folder: Path, meta: Dict[str, Any], runner: Any, old
     target = runner.params if q_values else runner.params["actor"]
     saved = restore_actor(folder, None)  # as written: nested dicts of host arrays, no seed axis
     saved = saved["q_network"] if q_values else saved
-    flat_target, treedef = jax.tree_util.tree_flatten_with_path(target)
-    flat_saved = dict((_path_text(p), leaf) for p, leaf in jax.tree_util.tree_flatten_with_path(saved)[0])
-    if set(flat_saved) != {_path_text(p) for p, _ in flat_target}:
-        raise TransferError(f"train.init_from={str(path)!r}: its policy's parameters are not this network's "
-                            f"({sorted(flat_saved)[:3]}... against {[_path_text(p) for p, _ in flat_target][:3]}...)")
+    flat_target, treedef, flat_saved = _matched(path, target, saved, "its policy's parameters")
     leaves, embedded = [], 0
     for p, leaf in flat_target:
         name = _path_text(p)
