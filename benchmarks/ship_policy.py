@@ -22,6 +22,8 @@ import sys
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
+from cube_jax.bench.entry import read_entry
+
 ROOT = Path(__file__).resolve().parents[1]
 BUILTIN = ROOT / "cube_jax" / "rl" / "builtin"
 NAME = re.compile(r"^[a-z0-9][a-z0-9-]{0,40}$")
@@ -60,10 +62,11 @@ def folder_size(path: Path) -> int:
 
 
 def ship(entry_dir: Path, task: str, name: str, shipped_entry: Optional[str] = None) -> Dict[str, Any]:
-    entry = json.loads((entry_dir / "entry.json").read_text())
-    if shipped_entry is not None:
-        shipped = json.loads((ROOT / shipped_entry / "entry.json").read_text())
-        if shipped != entry:
+    entry = read_entry(entry_dir)
+    if shipped_entry is not None:  # the same run's entry, in the repository (an upgrade leaves both of these)
+        shipped = read_entry(ROOT / shipped_entry)
+        if (shipped["agent"], shipped["tasks"], shipped["provenance"]["git_commit"]) != \
+                (entry["agent"], entry["tasks"], entry["provenance"]["git_commit"]):
             raise ValueError(f"{shipped_entry}: its entry.json is not the entry of {entry_dir}")
     agent, provenance = entry["agent"], entry["provenance"]
     if not agent.get("learns"):

@@ -15,9 +15,16 @@ edit of the actions that leaves the scores equal is still caught. Aggregates are
 here from the episodes' scores alone (:func:`aggregates`): over episodes for a fixed agent,
 over runs (each run's mean over its test episodes) for an agent that learns.
 
+On disk (format 2) a task's episodes are one table, ``{"columns": [...], "rows": [[...], ...]}``,
+a row per episode, when every record has the same fields (a list of records otherwise);
+:func:`read_entry` gives them back as records, and reads format 1 (always a list of records)
+too. :func:`write_entry` writes the current format; ``cube-jax bench upgrade`` rewrites an
+older entry in it.
+
 The actions of a task are one int8 array ``<task>/actions`` of shape ``[E, T, N]`` (episode,
 step, agent; -1 after the episode's end) in ``actions.npz``, rows in the order of the task's
-episodes in ``entry.json``.
+episodes in ``entry.json``; the archive's members are LZMA-compressed (``np.load`` reads it as
+any ``.npz``).
 """
 from __future__ import annotations
 
@@ -38,7 +45,8 @@ from cube_jax.core import suite
 from cube_jax.cpus import cpu_model, usable_cpus
 from cube_jax.files import write_atomic
 
-FORMAT = 1
+FORMAT = 2
+READABLE_FORMATS = (1, 2)
 ENTRY_FILE = "entry.json"
 ACTIONS_FILE = "actions.npz"
 TRACES_DIR = "traces"
@@ -257,6 +265,42 @@ def write_json(path: Path, data: Mapping[str, Any]) -> None:
     write_atomic(path, dumps(data) + "\n")
 
 
+def episode_table(episodes: Sequence[Mapping[str, Any]]) -> Any:
+    """The episodes as ``entry.json`` stores them: a table (``columns``, one row per episode) when
+    every record has the same fields in the same order, else the records as they are."""
+    columns = list(episodes[0]) if episodes else []
+    if any(list(e) != columns for e in episodes):
+        return [dict(e) for e in episodes]
+    return {"columns": columns, "rows": [[e[c] for c in columns] for e in episodes]}
+
+
+def episode_records(stored: Any, where: str) -> List[Dict[str, Any]]:
+    """The records of :func:`episode_table`'s ``stored``; EntryError naming ``where`` and the row
+    when it is neither a table nor a list of records."""
+    if isinstance(stored, list):
+        if not all(isinstance(e, dict) for e in stored):
+            raise EntryError(f"{where}: an episode that is not a JSON object")
+        return stored
+    if not (isinstance(stored, dict) and isinstance(stored.get("columns"), list)
+            and isinstance(stored.get("rows"), list)):
+        raise EntryError(f"{where}: episodes are neither a table (columns, rows) nor a list of records")
+    columns = stored["columns"]
+    records = []
+    for i, row in enumerate(stored["rows"]):
+        if not isinstance(row, list) or len(row) != len(columns):
+            raise EntryError(f"{where}: episode row {i} does not hold one value per column ({len(columns)})")
+        records.append(dict(zip(columns, row)))
+    return records
+
+
+def write_entry(folder: Path, entry: Mapping[str, Any]) -> None:
+    """``entry`` (its episodes as records) written to ``folder/entry.json`` in the current format
+    (:func:`episode_table`), atomically."""
+    tasks = {name: {**record, "episodes": episode_table(record["episodes"])}
+             for name, record in entry["tasks"].items()}
+    write_json(Path(folder) / ENTRY_FILE, {**entry, "format": FORMAT, "tasks": tasks})
+
+
 def read_entry(folder: Path) -> Dict[str, Any]:
     """``entry.json`` of an entry folder, checked for its suite version and test sets; EntryError
     naming the file otherwise."""
@@ -276,9 +320,13 @@ def read_entry(folder: Path) -> Dict[str, Any]:
     if entry["suite"] != suite.VERSION:
         raise EntryError(f"{path}: an entry of suite {entry['suite']!r}; the installed suite is {suite.VERSION!r}, "
                          "and entries of different versions are never compared")
-    if entry["format"] != FORMAT:
-        raise EntryError(f"{path}: entry format {entry['format']!r}; this package reads format {FORMAT}")
-    for name in entry["tasks"]:
+    if entry["format"] not in READABLE_FORMATS:
+        raise EntryError(f"{path}: entry format {entry['format']!r}; this package reads formats "
+                         f"{', '.join(map(str, READABLE_FORMATS))}")
+    for name, record in entry["tasks"].items():
+        if not isinstance(record, dict) or "episodes" not in record:
+            raise EntryError(f"{path}: task {name!r}: no episodes")
+        record["episodes"] = episode_records(record["episodes"], f"{path}: task {name!r}")
         try:
             t = suite.task(name)
         except ValueError as err:
@@ -305,6 +353,7 @@ def load_actions(folder: Path, entry: Mapping[str, Any]) -> Dict[str, np.ndarray
         raise EntryError(f"{path}: cannot read the actions: {type(err).__name__}: {err}") from None
 
 
-__all__ = ["ACTIONS_FILE", "Agent", "ENTRY_FILE", "EntryError", "MODES", "SCORES", "TIERS", "actions_digest",
-           "aggregates", "bootstrap", "dumps", "file_digest", "load_actions", "new_entry", "provenance",
-           "read_entry", "runs", "short_commit", "without_secrets", "write_json"]
+__all__ = ["ACTIONS_FILE", "Agent", "ENTRY_FILE", "EntryError", "FORMAT", "MODES", "READABLE_FORMATS", "SCORES",
+           "TIERS", "actions_digest", "aggregates", "bootstrap", "dumps", "episode_records", "episode_table",
+           "file_digest", "load_actions", "new_entry", "provenance", "read_entry", "runs", "short_commit",
+           "without_secrets", "write_entry", "write_json"]

@@ -108,16 +108,19 @@ class EntryFolder:
 
 
 def write_npz(path: Path, arrays: Dict[str, np.ndarray]) -> None:
-    """A compressed npz whose bytes depend on the arrays alone (fixed member times), atomically."""
+    """A compressed npz whose bytes depend on the arrays alone (fixed member times), atomically.
+    Its members are LZMA-compressed: an entry's actions take less than half the bytes of the
+    DEFLATE that ``np.savez_compressed`` uses (a policy's greedy episodes repeat far apart), and
+    ``np.load`` reads them the same way."""
     import io
     import zipfile
 
     packed = io.BytesIO()
-    with zipfile.ZipFile(packed, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+    with zipfile.ZipFile(packed, "w", compression=zipfile.ZIP_LZMA) as archive:
         for name, array in arrays.items():
             buffer = io.BytesIO()
             np.lib.format.write_array(buffer, np.ascontiguousarray(array), allow_pickle=False)
             info = zipfile.ZipInfo(name + ".npy", date_time=(1980, 1, 1, 0, 0, 0))
-            info.compress_type = zipfile.ZIP_DEFLATED
+            info.compress_type = zipfile.ZIP_LZMA
             archive.writestr(info, buffer.getvalue())
     write_atomic(path, packed.getvalue())

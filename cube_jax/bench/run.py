@@ -309,7 +309,6 @@ class Runner:
     # -- the whole entry ---------------------------------------------------------------------------
     def run(self, tasks: Sequence[suite.Task]) -> Dict[str, Any]:
         self.work.mkdir(parents=True, exist_ok=True)
-        path = self.out / entries.ENTRY_FILE
         entry = self.folder.start(self.contender.agent(), self.command, self.contender.env_steps
                                   if self.contender.learner else None)
         start = time.perf_counter()
@@ -321,7 +320,7 @@ class Runner:
                     log.info("%s: kept from the earlier run (%d episodes)", t.name, kept["episodes_per_run"])
                     continue
                 self._run_task(t, entry, kept)
-                entries.write_json(path, entry)
+                entries.write_entry(self.out, entry)
                 shutil.rmtree(self.work / t.name, ignore_errors=True)  # its episodes are in the entry now
                 log.info("%s: %s", t.name, _summary_line(entry["tasks"][t.name]))
         if self.work.is_dir() and not any(self.work.iterdir()):

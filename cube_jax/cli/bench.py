@@ -9,12 +9,14 @@
     cube-jax bench import my-actions.npz --label mine --out results/mine   # actions played elsewhere
     cube-jax bench crossplay --task hard --members builtin:ippo-hard,heuristic,team --out results/crossplay/hard
     cube-jax bench verify results/heuristic [--sample 32]
+    cube-jax bench upgrade results                                # entries of an earlier format, rewritten
     cube-jax bench board results --out docs                       # leaderboard.md, .png, .html
 
 ``run`` writes one entry folder (``entry.json`` and its evidence) and continues an interrupted
 run in the same folder, keeping what was finished. ``verify`` replays an entry's recorded
 actions and recomputes every score and aggregate; it exits 1 naming the task and episode
-where the entry and its evidence disagree. ``board`` renders the leaderboard from entry
+where the entry and its evidence disagree. ``upgrade`` rewrites entries written by an earlier
+version in the current format, checked before and after, scores and actions untouched. ``board`` renders the leaderboard from entry
 folders alone, each verified on a sample of its episodes first.
 """
 from __future__ import annotations
@@ -95,6 +97,10 @@ def add_parser(commands) -> argparse.ArgumentParser:
     verify.add_argument("--sample", type=positive_int, default=None, help="episodes replayed per task (default all)")
     verify.add_argument("--seed", type=int, default=0, help="seed of the sample (default 0)")
     verify.set_defaults(run=_runner(_verify, verify))
+
+    upgrade = sub.add_parser("upgrade", help="rewrite entries of an earlier version in the current entry format")
+    upgrade.add_argument("entries", nargs="+", type=Path, help="entry folders, or folders of entry folders")
+    upgrade.set_defaults(run=_runner(_upgrade, upgrade))
 
     board = sub.add_parser("board", help="render the leaderboard from entry folders")
     board.add_argument("entries", nargs="+", type=Path, help="entry folders, or folders of entry folders")
@@ -258,6 +264,24 @@ def _verify(parser, args) -> int:
         except EntryError as err:
             print(f"FAILED {folder}: {err}", file=sys.stderr)
             failed += 1
+    return 1 if failed else 0
+
+
+def _upgrade(parser, args) -> int:
+    from cube_jax.bench.board import entry_folders
+    from cube_jax.bench.entry import EntryError
+    from cube_jax.bench.upgrade import upgrade
+
+    failed = 0
+    for path in args.entries:
+        if not path.exists():
+            parser.error(f"{path}: no such entry folder")
+        for folder, _ in entry_folders(path):
+            try:
+                print(upgrade(folder, command=["cube-jax", *args.argv]).line())
+            except EntryError as err:
+                print(f"FAILED {folder}: {err}", file=sys.stderr)
+                failed += 1
     return 1 if failed else 0
 
 

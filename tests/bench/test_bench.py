@@ -6,9 +6,11 @@ process by session fixtures; tests that tamper with one work on a copy.
 """
 from __future__ import annotations
 
+import io
 import json
 import shutil
 import sys
+import zipfile
 from pathlib import Path
 
 import jax
@@ -177,11 +179,11 @@ def tampered(heuristic_entry, tmp_path):
 
 
 def _entry(folder: Path) -> dict:
-    return json.loads((folder / entries.ENTRY_FILE).read_text())
+    return entries.read_entry(folder)
 
 
 def _save(folder: Path, entry: dict) -> None:
-    (folder / entries.ENTRY_FILE).write_text(json.dumps(entry))
+    entries.write_entry(folder, entry)
 
 
 def _rewrite_actions(folder: Path, change, redigest: bool = False) -> None:
@@ -217,6 +219,13 @@ def test_an_entry_records_what_bench_md_asks(heuristic_entry):
     assert set(n1["aggregates"]) == {"greedy"}  # a deterministic planner is scored once
     assert set(n1["aggregates"]["greedy"]["success"]) == {"mean", "mean_ci", "iqm", "iqm_ci"}
     assert set(entry["evidence"]) == {"actions.npz", "episode.gif"}
+    stored = json.loads((heuristic_entry / entries.ENTRY_FILE).read_text())  # a table, a row per episode
+    assert stored["format"] == entries.FORMAT and stored["tasks"]["n1"]["episodes"]["columns"][:4] == \
+        ["layout", "seed", "mode", "run"]
+    assert [dict(zip(stored["tasks"]["n1"]["episodes"]["columns"], row))
+            for row in stored["tasks"]["n1"]["episodes"]["rows"]] == n1["episodes"]
+    with zipfile.ZipFile(heuristic_entry / entries.ACTIONS_FILE) as archive:
+        assert {member.compress_type for member in archive.infolist()} == {zipfile.ZIP_LZMA}
     assert verify(heuristic_entry).tasks == {"easy": {"episodes": 8, "replayed": 8}, "n1": {"episodes": 8, "replayed": 8}}
 
 
@@ -298,6 +307,50 @@ def test_verify_refuses_tampering_naming_task_and_episode(tampered, damage, mess
         _rewrite_actions(tampered, act_after, redigest=True)
     with pytest.raises(entries.EntryError, match=message):
         verify(tampered)
+
+
+def _as_format_one(folder: Path) -> dict:
+    """Writes the entry in ``folder`` as the package's first format did (a list of records per
+    task, actions DEFLATE-compressed), its digests kept true; the entry as read before."""
+    entry = _entry(folder)
+    with np.load(folder / entries.ACTIONS_FILE) as data:
+        arrays = {name: data[name] for name in data.files}
+    with zipfile.ZipFile(folder / entries.ACTIONS_FILE, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+        for name, array in arrays.items():
+            buffer = io.BytesIO()
+            np.lib.format.write_array(buffer, array, allow_pickle=False)
+            archive.writestr(name + ".npy", buffer.getvalue())
+    old = {**entry, "format": 1, "evidence": {**entry["evidence"],
+                                               entries.ACTIONS_FILE: entries.file_digest(folder / entries.ACTIONS_FILE)}}
+    entries.write_json(folder / entries.ENTRY_FILE, old)
+    return entry
+
+
+def test_an_entry_of_the_first_format_is_upgraded_checked_and_recorded(tampered, capsys):
+    before = _as_format_one(tampered)
+    assert verify(tampered).tasks["n1"] == {"episodes": 8, "replayed": 8}  # the first format still reads
+    code, captured = bench(["upgrade", str(tampered.parent)], capsys)
+    assert code == 0 and f"upgraded {tampered}: format 1 -> {entries.FORMAT}" in captured.out, captured.err
+    after = _entry(tampered)
+    assert after["tasks"] == before["tasks"] and after["agent"] == before["agent"]
+    (rewrite,) = after["provenance"]["rewritten"]
+    assert rewrite["from_format"] == 1 and rewrite["command"].startswith("cube-jax bench upgrade ")
+    assert rewrite["actions_bytes"][1] == (tampered / entries.ACTIONS_FILE).stat().st_size
+    assert verify(tampered).tasks["n1"] == {"episodes": 8, "replayed": 8}
+    code, captured = bench(["upgrade", str(tampered)], capsys)
+    assert code == 0 and f"current {tampered}: format {entries.FORMAT}, nothing to rewrite" in captured.out
+    assert _entry(tampered) == after
+
+
+def test_an_upgrade_refuses_an_entry_that_fails_its_checks(tampered, capsys):
+    entry = _as_format_one(tampered)
+    evidence = _entry(tampered)["evidence"]  # the first format's archive
+    entry["tasks"]["n1"]["episodes"][2]["actions_digest"] = "0" * 64
+    entries.write_json(tampered / entries.ENTRY_FILE, {**entry, "format": 1, "evidence": evidence})
+    files = {p.name: p.read_bytes() for p in tampered.iterdir()}
+    code, captured = bench(["upgrade", str(tampered)], capsys)
+    assert code == 1 and "FAILED" in captured.err and "task 'n1', episode 2" in captured.err
+    assert {p.name: p.read_bytes() for p in tampered.iterdir()} == files  # nothing rewritten
 
 
 def test_verify_cli_exits_one_naming_the_failure(tampered, heuristic_entry, capsys):

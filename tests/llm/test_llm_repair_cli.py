@@ -7,6 +7,7 @@ import json
 import pytest
 
 from cube_jax import cli
+from cube_jax.bench.entry import read_entry
 from cube_jax.trace import read_trace, validate_trace
 from cube_jax.testing.fake_openai import FakeOpenAI
 from cube_jax.testing.sound_model import responder
@@ -67,7 +68,7 @@ def test_bench_entries_with_and_without_repair_and_demos_differ(tmp_path, capsys
             code, captured = run(["bench", "run", spec, "--tasks", "easy", "--episodes", "1", "--temperature", "0",
                                   *extra, "--out", str(out), "--no-progress"], capsys)
             assert code == 0, captured.err
-            entry = json.loads((out / "entry.json").read_text())
+            entry = read_entry(out)
             # the command recorded is the one given, not the program that ran it
             assert entry["provenance"]["command"].startswith(f"cube-jax bench run {spec} --tasks easy")
             entries[name] = entry["agent"]

@@ -1,7 +1,6 @@
 """Policies shipped in the package (``builtin:NAME``): each has a card naming its entry, loads,
 plays its task through ``cube-jax eval``, a mixed team and ``bench run`` as its card says, and
 a wrong name is refused naming the shipped ones."""
-import json
 import subprocess
 import sys
 
@@ -10,6 +9,7 @@ import pytest
 pytest.importorskip("optax")
 
 from cube_jax import registry  # noqa: E402
+from cube_jax.bench.entry import read_entry  # noqa: E402
 from cube_jax.rl import builtin  # noqa: E402
 from cube_jax.rl.policy import load_policy  # noqa: E402
 from cube_jax.teams import TeamSpecError, parse_team  # noqa: E402
@@ -38,7 +38,7 @@ def test_each_card_names_its_entry_and_its_seed(name):
     assert policy.meta["algo"] == card["algo"]
     shipped = card["entry"]["shipped_as"]
     if shipped is not None:  # the entry ships in the repository, and its scores are the card's
-        entry = json.loads((REPO / shipped / "entry.json").read_text())
+        entry = read_entry(REPO / shipped)
         assert entry["provenance"]["git_commit"] == card["entry"]["commit"]
         assert ship_policy.seed_scores(entry["tasks"][card["task"]]["episodes"])[card["training_seed"]] == card["held_out"]
 
@@ -50,7 +50,7 @@ def test_a_shipped_policy_plays_its_task_as_its_card_says(tmp_path):
                            "--episodes", "8", "--no-progress", "--out", str(out)], capture_output=True, text=True,
                           cwd=REPO, timeout=600, env=subprocess_env())
     assert done.returncode == 0, done.stderr[-3000:]
-    episodes = json.loads((out / "entry.json").read_text())["tasks"]["hard"]["episodes"]
+    episodes = read_entry(out)["tasks"]["hard"]["episodes"]
     greedy = [e["success"] for e in episodes if e["mode"] == "greedy"]
     assert len(greedy) == 8 and sum(greedy) / len(greedy) == card["held_out"]["greedy_success"]
     done = subprocess.run([sys.executable, "-m", "cube_jax.cli", "eval", "--team", "builtin:ippo-hard,heuristic,heuristic",

@@ -9,6 +9,7 @@ import pytest
 
 pytest.importorskip("optax")
 
+from cube_jax.bench.entry import read_entry  # noqa: E402
 from cube_jax.rl.policy import load_policy  # noqa: E402
 from tests.rl.test_rl_baselines import REPO, TINY, run_folder, run_script, subprocess_env  # noqa: E402
 
@@ -42,7 +43,7 @@ def test_it_plays_other_team_sizes_in_eval_and_bench(trained_at_two, tmp_path):
     done = _cli("bench", "run", f"policy:{trained_at_two}", "--tasks", "n3", "--episodes", "2", "--no-progress",
                 "--out", str(entry), cwd=REPO)
     assert done.returncode == 0, done.stderr[-3000:]
-    scored = json.loads((entry / "entry.json").read_text())
+    scored = read_entry(entry)
     assert list(scored["tasks"]) == ["n3"]
 
 
