@@ -72,13 +72,20 @@ def source(tmp_path_factory):
     return root / "n2"
 
 
+def _started(source, overrides, seeds, n, blocks):
+    """IPPO built from ``overrides``, a fresh runner per seed, and ``init_from(source)``'s runner
+    and line for a vector world of ``n`` agents and ``blocks`` blocks."""
+    ppo = PPO(C.build("ippo", overrides=overrides))
+    fresh = jax.jit(jax.vmap(ppo.init))(jax.random.split(jax.random.PRNGKey(1), seeds))
+    started, line = transfer.init_from(source, fresh, algo="ippo", network=ppo.config.network.model_dump(),
+                                       observation="vector", num_agents=n, num_blocks=blocks)
+    return ppo, fresh, started, line
+
+
 def test_a_network_started_at_n4_acts_as_the_n2_network_on_what_it_sees(source):
     overrides = list(TINY_PPO) + WORLD + ["env.n=4", "num_seeds=3", "network.blocked_moves=true",
                                           f"train.init_from={source}"]
-    ppo = PPO(C.build("ippo", overrides=overrides))
-    fresh = jax.jit(jax.vmap(ppo.init))(jax.random.split(jax.random.PRNGKey(1), 3))
-    started, line = transfer.init_from(source, fresh, algo="ippo", network=ppo.config.network.model_dump(),
-                                       observation="vector", num_agents=4, num_blocks=6)
+    ppo, fresh, started, line = _started(source, overrides, 3, n=4, blocks=6)
     assert "seeds 0, 1, 0" in line and "2 first layer(s) re-indexed: 28 of 49 inputs carried over" in line
     saved = jax.tree.map(np.asarray, restore_runner(source / "checkpoint"))
     old_env = cube_jax.make(n=2, pool_size=16, max_steps=30)
@@ -120,10 +127,7 @@ def test_a_saved_policy_alone_starts_every_seed_and_the_critic_starts_fresh(sour
     assert transfer.policy_only(alone) and not transfer.policy_only(source / "checkpoint")
     overrides = list(TINY_PPO) + WORLD + ["env.n=4", "num_seeds=2", "network.blocked_moves=true",
                                           f"train.init_from={alone}"]
-    ppo = PPO(C.build("ippo", overrides=overrides))
-    fresh = jax.jit(jax.vmap(ppo.init))(jax.random.split(jax.random.PRNGKey(1), 2))
-    started, line = transfer.init_from(alone, fresh, algo="ippo", network=ppo.config.network.model_dump(),
-                                       observation="vector", num_agents=4, num_blocks=6)
+    ppo, fresh, started, line = _started(alone, overrides, 2, n=4, blocks=6)
     assert "for every seed; the critic starts fresh; 1 first layer(s) re-indexed: 28 of 49" in line
     meta = read_meta(alone)
     saved = jax.tree.map(lambda x: np.asarray(x)[meta["seed_index"]], restore_runner(source / "checkpoint")["params"])
@@ -192,11 +196,8 @@ def test_an_egocentric_window_of_another_radius_is_refused():
 
 def test_a_recurrent_network_is_started_the_same_way(tiny_recurrent_run):
     _, _, rnn = tiny_recurrent_run  # n = 2, one seed
-    ppo = PPO(C.build("ippo", overrides=list(TINY_PPO + TINY_WORLD + TINY_GRU) + ["env.n=3", "num_seeds=2",
-                                                                                  f"train.init_from={rnn}"]))
-    fresh = jax.jit(jax.vmap(ppo.init))(jax.random.split(jax.random.PRNGKey(1), 2))
-    started, line = transfer.init_from(rnn, fresh, algo="ippo", network=ppo.config.network.model_dump(),
-                                       observation="vector", num_agents=3, num_blocks=3)
+    _, _, started, line = _started(rnn, list(TINY_PPO + TINY_WORLD + TINY_GRU) + [
+        "env.n=3", "num_seeds=2", f"train.init_from={rnn}"], 2, n=3, blocks=3)
     assert "seeds 0, 0" in line and "2 first layer(s) re-indexed: 24 of 27 inputs carried over" in line
     saved = restore_runner(rnn / "checkpoint")["params"]
     old, new = (transfer.observation_labels("vector", n, 3) for n in (2, 3))
