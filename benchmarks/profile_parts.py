@@ -192,7 +192,8 @@ def profile_update(rounds: int, overrides=(), seeds: int = 4) -> tuple:
     _, _, samples = jax.jit(ppo.collect)(runner)
     minibatches = jax.jit(ppo.minibatches)(jax.random.PRNGKey(2), samples)
     first = jax.tree.map(lambda x: x[0], minibatches)
-    coefs = (ppo.learning_rate(runner.update, ppo.num_updates), ppo.entropy_coef(runner.update, ppo.num_updates))
+    coefs = (ppo.learning_rate(runner.update, ppo.num_updates), ppo.entropy_coef(runner.update, ppo.num_updates),
+             jnp.float32(1.0))  # the actor learns (no critic warm-up)
     pieces = [
         ("rollout (collect)", jax.jit(ppo.collect), (runner,)),
         ("shuffle and split into minibatches (one epoch)", jax.jit(ppo.minibatches), (jax.random.PRNGKey(2), samples)),

@@ -124,6 +124,11 @@ class TrainSection(Section):
         None, description="PPO only: the entropy coefficient falls linearly from ent_coef to this value over "
         "the budget, as the learning rate does with anneal_lr (null: ent_coef throughout)",
     )
+    critic_warmup: NonNegativeInt = Field(
+        0, description="PPO only: the run's first updates in which the actor's parameters stay as they are and only "
+        "the critic learns (the optimizer still reads the actor's gradients, so its moments are ready when the "
+        "actor starts); for a critic that starts fresh under an actor carried over by train.init_from",
+    )
     vf_coef: NonNegative = Field(0.5, description="PPO only")
     max_grad_norm: NonNegative = Field(0.5, description="PPO only")
     num_devices: NonNegativeInt = Field(0, description="devices in the env-batch mesh; 0: every visible device")

@@ -29,7 +29,7 @@ def test_schema_defaults_are_the_documented_ones():
     assert defaults["train"] == {
         "num_envs": 64, "num_steps": 32, "total_timesteps": 2_000_000, "update_epochs": 4, "num_minibatches": 4,
         "lr": 2.5e-3, "anneal_lr": True, "gamma": 0.99, "gae_lambda": 0.95, "clip_eps": 0.2, "ent_coef": 0.01,
-        "ent_coef_final": None, "vf_coef": 0.5, "max_grad_norm": 0.5, "num_devices": 0, "cpu_devices": 0,
+        "ent_coef_final": None, "critic_warmup": 0, "vf_coef": 0.5, "max_grad_norm": 0.5, "num_devices": 0, "cpu_devices": 0,
         "seed_axis": "auto",
         "updates_per_call": 10, "stall_seconds": 120,
         "stagger_start": True, "target_success": 0.9, "target_check_every": 5, "init_from": None, "max_seconds": None,

@@ -506,6 +506,25 @@ def test_make_train_is_deterministic_and_the_driver_runs_data_parallel():
     assert out["updates_done"] == [4, 4]
 
 
+def test_a_critic_warmup_holds_the_actor_still_and_trains_the_critic():
+    ppo = PPO(C.build("ippo", overrides=TINY + ["train.critic_warmup=2"]))
+    assert [float(ppo.actor_weight(jnp.int32(u))) for u in range(4)] == [0.0, 0.0, 1.0, 1.0]
+    runner = jax.jit(ppo.init)(jax.random.PRNGKey(0))
+    _, _, samples = jax.jit(ppo.collect)(runner)
+    batch = jax.tree.map(lambda x: x[0], jax.jit(ppo.minibatches)(jax.random.PRNGKey(1), samples))
+    step = jax.jit(lambda c, b, on: ppo._minibatch_step(c, b, (jnp.float32(0.01), jnp.float32(0.05), on)))
+    carry = (runner.params, runner.opt_state)
+    held, _ = step(carry, batch, jnp.float32(0.0))
+    moved, _ = step(carry, batch, jnp.float32(1.0))
+
+    def same(a, b):
+        return all(np.array_equal(x, y) for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)))
+
+    assert same(held[0]["actor"], runner.params["actor"]) and not same(moved[0]["actor"], runner.params["actor"])
+    assert same(held[0]["critic"], moved[0]["critic"]) and not same(held[0]["critic"], runner.params["critic"])
+    assert same(held[1], moved[1])  # the optimizer's moments read the actor's gradients all the same
+
+
 def test_data_parallel_gradient_is_the_whole_minibatch():
     """A data-parallel minibatch step (two halves of a minibatch, one per device, here the two
     members of a ``jax.vmap`` with the devices' axis name) moves the parameters exactly as one
@@ -517,7 +536,7 @@ def test_data_parallel_gradient_is_the_whole_minibatch():
     runner = jax.jit(ppo.init)(jax.random.PRNGKey(0))
     _, _, samples = jax.jit(ppo.collect)(runner)
     batch = jax.tree.map(lambda x: x[0], jax.jit(ppo.minibatches)(jax.random.PRNGKey(1), samples))
-    coefs = (jnp.float32(0.01), jnp.float32(0.05))
+    coefs = (jnp.float32(0.01), jnp.float32(0.05), jnp.float32(1.0))
     carry = (runner.params, runner.opt_state)
     whole, _ = jax.jit(lambda c, b: ppo._minibatch_step(c, b, coefs))(carry, batch)
 

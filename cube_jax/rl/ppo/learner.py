@@ -77,6 +77,7 @@ class PPO:
     # -- its pieces --------------------------------------------------------------------------------
     learning_rate = updating.learning_rate
     entropy_coef = updating.entropy_coef
+    actor_weight = updating.actor_weight
     critic_inputs = critic.critic_inputs
     _with_blocked = critic.with_blocked
     collect = rollout.collect

@@ -1,5 +1,6 @@
 """PPO's update: the rollout, then ``update_epochs`` passes of clipped-objective steps over
-shuffled minibatches, with the learning rate and the entropy coefficient annealed over the budget."""
+shuffled minibatches, with the learning rate and the entropy coefficient annealed over the budget
+(and the actor held still for the first ``train.critic_warmup`` updates)."""
 from __future__ import annotations
 
 import functools
@@ -31,6 +32,11 @@ def entropy_coef(ppo, updates_done: jax.Array, num_updates: jax.Array) -> jax.Ar
         return jnp.float32(t.ent_coef)
     progress = jnp.minimum(updates_done.astype(jnp.float32) / num_updates, 1.0)
     return jnp.float32(t.ent_coef) + (t.ent_coef_final - t.ent_coef) * progress
+
+
+def actor_weight(ppo, updates_done: jax.Array) -> jax.Array:
+    """float32[]: 0 during the first ``critic_warmup`` updates (the actor stays), 1 after."""
+    return (updates_done >= ppo.train_cfg.critic_warmup).astype(jnp.float32)
 
 
 def replay(ppo, params, batch: Dict[str, Any]) -> Tuple[jax.Array, jax.Array]:
@@ -93,12 +99,14 @@ def loss(ppo, params, batch: Dict[str, jax.Array], ent_coef: jax.Array):
 
 
 def minibatch_step(ppo, carry, batch, coefs):
-    lr, ent_coef = coefs
+    lr, ent_coef, actor_on = coefs
     params, opt_state = carry
     grads, stats = jax.grad(functools.partial(loss, ppo), has_aux=True)(params, batch, ent_coef)
     grads = across_devices(grads, ppo.axis_name)
     updates, opt_state = ppo.optimizer.update(grads, opt_state, params)
     updates = jax.tree.map(lambda u: -lr * u, updates)
+    if ppo.train_cfg.critic_warmup:  # the actor stays during the warm-up; its optimizer moments still move
+        updates = {**updates, "actor": jax.tree.map(lambda u: u * actor_on, updates["actor"])}
     return (optax.apply_updates(params, updates), opt_state), stats
 
 
@@ -151,9 +159,10 @@ def update(ppo, runner: Runner, num_updates=None) -> Tuple[Runner, Dict[str, jax
     num_updates = ppo.num_updates if num_updates is None else num_updates
     lr = learning_rate(ppo, runner.update, num_updates)
     ent_coef = entropy_coef(ppo, runner.update, num_updates)
+    actor_on = actor_weight(ppo, runner.update)
     runner, traj, samples = collect(ppo, runner)
-    key, params, opt_state, stats = run_epochs(functools.partial(epoch, ppo), runner, samples, (lr, ent_coef),
-                                               ppo.train_cfg.update_epochs)
+    key, params, opt_state, stats = run_epochs(functools.partial(epoch, ppo), runner, samples,
+                                               (lr, ent_coef, actor_on), ppo.train_cfg.update_epochs)
     metrics = {
         **episode_metrics(traj.episode, ppo.env.num_blocks, ppo.axis_name),
         "lr": lr,
