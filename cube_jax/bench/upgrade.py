@@ -27,13 +27,10 @@ class Upgraded:
     """What :func:`upgrade` did to one entry folder."""
 
     path: Path
+    changed: bool
     from_format: int
     bytes_before: int  # entry.json and actions.npz
     bytes_after: int
-
-    @property
-    def changed(self) -> bool:
-        return self.bytes_before != self.bytes_after or self.from_format != entries.FORMAT
 
     def line(self) -> str:
         if not self.changed:
@@ -66,7 +63,7 @@ def upgrade(folder: Path, command: Optional[Sequence[str]] = None) -> Upgraded:
     digest = entries.file_digest(packed)
     if entry["format"] == entries.FORMAT and digest == entry["evidence"][entries.ACTIONS_FILE]:
         packed.unlink()
-        return Upgraded(folder, entry["format"], before, before)
+        return Upgraded(folder, False, entry["format"], before, before)
     prov = entries.provenance(command)
     entry["provenance"].setdefault("rewritten", []).append(
         {**{k: prov[k] for k in ("package_version", "git_commit", "git_dirty", "command", "started")},
@@ -74,7 +71,7 @@ def upgrade(folder: Path, command: Optional[Sequence[str]] = None) -> Upgraded:
     entries.write_entry(folder, {**entry, "evidence": {**entry["evidence"], entries.ACTIONS_FILE: digest}})
     packed.replace(archive)
     verify(folder, sample=0)
-    return Upgraded(folder, entry["format"], before, _size(folder))
+    return Upgraded(folder, True, entry["format"], before, _size(folder))
 
 
 __all__ = ["Upgraded", "upgrade"]

@@ -16,8 +16,9 @@
 run in the same folder, keeping what was finished. ``verify`` replays an entry's recorded
 actions and recomputes every score and aggregate; it exits 1 naming the task and episode
 where the entry and its evidence disagree. ``upgrade`` rewrites entries written by an earlier
-version in the current format, checked before and after, scores and actions untouched. ``board`` renders the leaderboard from entry
-folders alone, each verified on a sample of its episodes first.
+version in the current format, checked before and after, scores and actions untouched.
+``board`` renders the leaderboard from entry folders alone, each verified on a sample of its
+episodes first.
 """
 from __future__ import annotations
 

@@ -6,7 +6,6 @@ process by session fixtures; tests that tamper with one work on a copy.
 """
 from __future__ import annotations
 
-import io
 import json
 import shutil
 import sys
@@ -315,11 +314,7 @@ def _as_format_one(folder: Path) -> dict:
     entry = _entry(folder)
     with np.load(folder / entries.ACTIONS_FILE) as data:
         arrays = {name: data[name] for name in data.files}
-    with zipfile.ZipFile(folder / entries.ACTIONS_FILE, "w", compression=zipfile.ZIP_DEFLATED) as archive:
-        for name, array in arrays.items():
-            buffer = io.BytesIO()
-            np.lib.format.write_array(buffer, array, allow_pickle=False)
-            archive.writestr(name + ".npy", buffer.getvalue())
+    np.savez_compressed(folder / entries.ACTIONS_FILE, **arrays)
     old = {**entry, "format": 1, "evidence": {**entry["evidence"],
                                                entries.ACTIONS_FILE: entries.file_digest(folder / entries.ACTIONS_FILE)}}
     entries.write_json(folder / entries.ENTRY_FILE, old)
