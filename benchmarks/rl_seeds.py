@@ -305,8 +305,12 @@ def run(plan: Plan, number: str) -> Dict[str, Any]:
         return json.loads(summary_path.read_text())
     extra_env: Dict[str, str] = {}
     resume = found == "unfinished"
-    if plan.quick:  # tiny programs: compile time dominates, LLVM optimisation does not pay
-        extra_env["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_backend_optimization_level=0").strip()
+    if plan.quick:  # tiny programs: compile time dominates, LLVM optimisation and fusion emitters do not pay
+        flags = os.environ.get("XLA_FLAGS", "")
+        for flag in ("--xla_backend_optimization_level=0", "--xla_cpu_use_fusion_emitters=false"):
+            if flag.split("=")[0] not in flags:
+                flags += " " + flag
+        extra_env["XLA_FLAGS"] = flags.strip()
     start = time.perf_counter()
     print(f"{what}: {_seed_text(plan)} x {plan.budget:,} env steps, started {time.strftime('%H:%M:%S')}"
           f"{' (resuming)' if resume else ''}; log {_shown(log_path)}", flush=True)

@@ -2,6 +2,10 @@
 traced point trains exactly as the same value built into its own program, and the command's
 files, resume and refusals."""
 import json
+import os
+import subprocess
+import sys
+import textwrap
 
 import pytest
 
@@ -57,23 +61,41 @@ def test_a_key_training_never_reads_is_refused():
     assert sweep.classify(pqn, {"pqn.lr": [1e-3, 2e-3]}).traced == ("pqn.lr",)
 
 
-def test_a_traced_point_trains_as_its_own_program(config):
+def test_a_traced_point_trains_as_its_own_program():
     """The point ent_coef=0.02 of a traced grid and a program built with ent_coef=0.02: the
-    same curves and the same evaluation, bit for bit on the CPU."""
-    grid = {"train.ent_coef": [0.0, 0.02]}
-    plan = sweep.classify(config, grid)
-    traced = sweep.run_group(config, plan, grid, {})
-    alone = sweep.run_group(config, sweep.Plan((), ("train.ent_coef",), {}), {"train.ent_coef": [0.02]},
-                            {"train.ent_coef": 0.02})
-    assert traced.points == [{"train.ent_coef": 0.0}, {"train.ent_coef": 0.02}]
-    for name, values in alone.curves.items():
+    same curves and the same evaluation, bit for bit on the CPU. Bit for bit holds with the
+    CPU backend's fusion emitters, its default, which the rest of the suite turns off to
+    compile faster (tests/conftest.py): the loop emitters round a traced coefficient and a
+    constant one differently in the last bits. So the two programs run in a process of
+    their own, with the default emitters."""
+    script = textwrap.dedent(f"""
+        import json
+        import numpy as np
+        from cube_jax.rl import sweep
+        from cube_jax.rl.config import build
+        config = build("ippo", overrides={TINY!r})
+        grid = {{"train.ent_coef": [0.0, 0.02]}}
+        traced = sweep.run_group(config, sweep.classify(config, grid), grid, {{}})
+        alone = sweep.run_group(config, sweep.Plan((), ("train.ent_coef",), {{}}), {{"train.ent_coef": [0.02]}},
+                                {{"train.ent_coef": 0.02}})
+        out = {{"points": traced.points, "traced": [traced.curves, traced.final], "alone": [alone.curves, alone.final]}}
+        print(json.dumps(out, default=lambda x: np.asarray(x).tolist()))
+        """)
+    flags = " ".join(f for f in os.environ.get("XLA_FLAGS", "").split() if "xla_cpu_use_fusion_emitters" not in f)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600,
+                          env=dict(os.environ, XLA_FLAGS=flags, JAX_PLATFORMS="cpu"))
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    (traced_curves, traced_final), (alone_curves, alone_final) = out["traced"], out["alone"]
+    assert out["points"] == [{"train.ent_coef": 0.0}, {"train.ent_coef": 0.02}]
+    for name, values in alone_curves.items():
         if name != "env_steps":
-            assert traced.curves[name][1] == values[0], name
-    for name, values in alone.final.items():
-        assert traced.final[name][1] == values[0], name
+            assert traced_curves[name][1] == values[0], name
+    for name, values in alone_final.items():
+        assert traced_final[name][1] == values[0], name
     # the two points differ: the swept value reaches the update
-    assert traced.curves["ent_coef"][1] == [pytest.approx(0.02)] * 2
-    assert traced.curves["policy_loss"][0][1:] != traced.curves["policy_loss"][1][1:]
+    assert traced_curves["ent_coef"][1] == [pytest.approx(0.02)] * 2
+    assert traced_curves["policy_loss"][0][1:] != traced_curves["policy_loss"][1][1:]
 
 
 def test_the_command_writes_resumes_and_refuses(tmp_path, capsys, caplog):
