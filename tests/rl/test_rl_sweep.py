@@ -3,8 +3,6 @@ traced point trains exactly as the same value built into its own program, and th
 files, resume and refusals."""
 import json
 import os
-import subprocess
-import sys
 import textwrap
 
 import pytest
@@ -12,6 +10,7 @@ import pytest
 from cube_jax.cli import main
 from cube_jax.rl import sweep
 from cube_jax.rl.config import build
+from tests.rl_tiny import json_from_script
 
 TINY = ["train.num_envs=8", "train.num_steps=8", "train.total_timesteps=192", "train.updates_per_call=2",
         "train.num_minibatches=2", "train.update_epochs=1", "eval.episodes=4", "num_seeds=2", "env.scenario=easy"]
@@ -82,10 +81,7 @@ def test_a_traced_point_trains_as_its_own_program():
         print(json.dumps(out, default=lambda x: np.asarray(x).tolist()))
         """)
     flags = " ".join(f for f in os.environ.get("XLA_FLAGS", "").split() if "xla_cpu_use_fusion_emitters" not in f)
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600,
-                          env=dict(os.environ, XLA_FLAGS=flags, JAX_PLATFORMS="cpu"))
-    assert done.returncode == 0, done.stderr[-3000:]
-    out = json.loads(done.stdout.strip().splitlines()[-1])
+    out = json_from_script(script, flags)
     (traced_curves, traced_final), (alone_curves, alone_final) = out["traced"], out["alone"]
     assert out["points"] == [{"train.ent_coef": 0.0}, {"train.ent_coef": 0.02}]
     for name, values in alone_curves.items():

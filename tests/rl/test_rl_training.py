@@ -6,8 +6,6 @@ import ast
 import json
 import logging
 import os
-import subprocess
-import sys
 import textwrap
 import time
 from pathlib import Path
@@ -24,6 +22,7 @@ import jax.numpy as jnp  # noqa: E402
 import cube_jax  # noqa: E402
 from cube_jax.rl import config as C  # noqa: E402
 from cube_jax.rl.ppo import PPO, critic_input, world_vector  # noqa: E402
+from tests.rl_tiny import json_from_script  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 TINY = [
@@ -480,12 +479,7 @@ def test_make_train_is_deterministic_and_the_driver_runs_data_parallel():
         print(json.dumps(out))
         """
     )
-    flags = os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=2"
-    env = dict(os.environ, XLA_FLAGS=(flags + " --xla_backend_optimization_level=0").strip(), JAX_PLATFORMS="cpu")
-    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, cwd=REPO,
-                          timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    out = json_from_script(script, os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=2")
     first, second, sharded = out["first"], out["second"], out["sharded"]
     assert np.shape(first["policy_loss"]) == (2, 3)  # [seeds, updates]
     for name in first:
