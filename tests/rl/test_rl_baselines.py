@@ -24,8 +24,8 @@ pytest.importorskip("optax")
 import jax  # noqa: E402
 
 import cube_jax  # noqa: E402
+from tests.rl_tiny import REPO  # noqa: E402
 
-REPO = Path(__file__).resolve().parents[2]
 ENVS, STEPS = 8, 8  # env steps per update = 64
 TINY = [
     f"train.num_envs={ENVS}",

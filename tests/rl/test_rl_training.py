@@ -8,7 +8,6 @@ import logging
 import os
 import textwrap
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -22,9 +21,8 @@ import jax.numpy as jnp  # noqa: E402
 import cube_jax  # noqa: E402
 from cube_jax.rl import config as C  # noqa: E402
 from cube_jax.rl.ppo import PPO, critic_input, world_vector  # noqa: E402
-from tests.rl_tiny import json_from_script  # noqa: E402
+from tests.rl_tiny import REPO, json_from_script  # noqa: E402
 
-REPO = Path(__file__).resolve().parents[2]
 TINY = [
     "train.num_envs=8",
     "train.num_steps=8",
