@@ -5,15 +5,17 @@ Many tests (and the scripts they run as subprocesses) compile the same programs;
 on-disk cache lets xdist workers and subprocesses reuse each other's compilations.
 
 The browser tests drive Debian's ``chromium``. The ``chromium`` fixture installs it with
-apt-get the first time it is needed on a machine that lacks it (as root, or through
-passwordless sudo), so the README's test command alone passes on a fresh machine; a file
-lock keeps pytest-xdist's workers from running apt-get twice at once.
+apt-get on a machine that lacks it (as root, or through passwordless sudo), so the README's
+test command alone passes on a fresh machine. The install starts in the background as soon
+as a session that runs browser tests has collected them; a file lock keeps pytest-xdist's
+workers from running apt-get twice at once.
 """
 import fcntl
 import os
 import shutil
 import subprocess
 import tempfile
+import threading
 from pathlib import Path
 
 import pytest
@@ -64,32 +66,52 @@ def _apt_prefix():
     return None
 
 
-def install_chromium() -> Path:
-    """Debian's ``chromium``, installed with apt-get under a lock shared by every test process."""
-    lock_path = Path(tempfile.gettempdir()) / "cube_jax_chromium_install.lock"
-    with open(lock_path, "a+") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # the other worker waits here, then finds it installed
+LOCK_PATH = Path(tempfile.gettempdir()) / "cube_jax_chromium_install.lock"
+
+
+def _apt_install_chromium() -> str | None:
+    """Install Debian's ``chromium`` with apt-get unless it is there: None when it is, else
+    what went wrong. Holds a file lock shared by every test process (and the early install
+    below), so apt-get runs once and the others wait for it, then find it installed."""
+    with open(LOCK_PATH, "a+") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
         try:
-            found = find_chromium()
-            if found:
-                return found
+            if find_chromium():
+                return None
             prefix = _apt_prefix()
             if prefix is None:
-                pytest.fail("the browser tests need Debian's chromium, which is missing, and this user cannot "
-                            "run apt-get: install it (sudo apt-get install -y chromium) and run the tests again",
-                            pytrace=False)
+                return ("the browser tests need Debian's chromium, which is missing, and this user cannot run "
+                        "apt-get: install it (sudo apt-get install -y chromium) and run the tests again")
             env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
             for command in (["apt-get", "update"], ["apt-get", "install", "-y", "chromium"]):
                 done = subprocess.run(prefix + command, env=env, capture_output=True, text=True, timeout=APT_TIMEOUT_S)
                 if done.returncode != 0:
-                    pytest.fail(f"installing Debian's chromium failed: {' '.join(command)} exited {done.returncode}: "
-                                f"{(done.stderr or done.stdout)[-600:]}", pytrace=False)
-            found = find_chromium()
-            if found is None:
-                pytest.fail("apt-get installed chromium but no chromium command is on PATH", pytrace=False)
-            return found
+                    return (f"installing Debian's chromium failed: {' '.join(command)} exited {done.returncode}: "
+                            f"{(done.stderr or done.stdout)[-600:]}")
+            if find_chromium() is None:
+                return "apt-get installed chromium but no chromium command is on PATH"
+            return None
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def install_chromium() -> Path:
+    """Debian's ``chromium``, installed first if it is missing; a test that needs it fails
+    with the reason when it cannot be installed."""
+    problem = _apt_install_chromium()
+    if problem:
+        pytest.fail(problem, pytrace=False)
+    return find_chromium()
+
+
+def pytest_collection_finish(session):
+    """The browser tests come last in the collection order, and apt-get takes about a minute
+    on a fresh machine: when this session runs any of them and chromium is missing, its
+    install starts now, in the background, so it overlaps the tests that come first. The
+    ``chromium`` fixture then waits on the lock, and reports a failure itself."""
+    if find_chromium() is None and _apt_prefix() is not None \
+            and any("chromium" in getattr(item, "fixturenames", ()) for item in session.items):
+        threading.Thread(target=_apt_install_chromium, name="chromium-install", daemon=True).start()
 
 
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
