@@ -3,10 +3,12 @@
 metrics as the same run never interrupted, bit for bit on the CPU; and a checkpoint being
 written when the kill lands is never the one resumed from half-written.
 
-Each algorithm's uninterrupted and killed runs are subprocesses of ``baselines/<algo>.py``
-started together (they share the persistent compilation cache of ``tests/conftest.py``);
-the kill lands after a number of metric rows drawn per algorithm, plus a random fraction
-of a chunk, so it may fall inside a checkpoint's save.
+Each algorithm's uninterrupted and killed runs are subprocesses of ``baselines/<algo>.py``;
+the killed run starts once the uninterrupted one has written its first metric row, so it
+reads the training program from the persistent compilation cache of ``tests/conftest.py``
+instead of compiling it a second time beside it. The kill lands after a number of metric
+rows drawn per algorithm, plus a random fraction of a chunk, so it may fall inside a
+checkpoint's save.
 """
 import json
 import os
@@ -51,6 +53,14 @@ def finish(proc: subprocess.Popen) -> str:
     return out
 
 
+def wait_for_rows(proc: subprocess.Popen, metrics: Path, rows: int, deadline: float) -> None:
+    """Wait until a running ``proc`` has written ``rows`` metric rows to ``metrics``."""
+    while not (metrics.exists() and len(metrics.read_text().splitlines()) >= rows):
+        assert proc.poll() is None, proc.communicate()[0][-4000:]
+        assert time.monotonic() < deadline, f"{metrics.parent.name} never wrote {rows} metric rows"
+        time.sleep(0.01)
+
+
 def metric_rows(run: Path):
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     return [{k: v for k, v in r.items() if not any(t in k for t in TIME_FIELDS)} for r in rows]
@@ -65,14 +75,12 @@ def leaves(run: Path):
 @pytest.mark.parametrize("algo", sorted(SCRIPTS))
 def test_a_run_killed_and_resumed_ends_where_the_uninterrupted_run_ends(algo, tmp_path):
     rng = random.Random(algo)
-    full, killed = start(algo, tmp_path, "full"), start(algo, tmp_path, "killed")
-    metrics = tmp_path / "killed" / "metrics.jsonl"
-    kill_after = rng.randint(2, UPDATES - 2)
+    full = start(algo, tmp_path, "full")
     deadline = time.monotonic() + 600
-    while not (metrics.exists() and len(metrics.read_text().splitlines()) >= kill_after):
-        assert killed.poll() is None, killed.communicate()[0][-4000:]
-        assert time.monotonic() < deadline, "the run to kill never reached its kill point"
-        time.sleep(0.01)
+    wait_for_rows(full, tmp_path / "full" / "metrics.jsonl", 1, deadline)  # compiled, and in the cache
+    killed = start(algo, tmp_path, "killed")
+    metrics = tmp_path / "killed" / "metrics.jsonl"
+    wait_for_rows(killed, metrics, rng.randint(2, UPDATES - 2), deadline)
     time.sleep(rng.random() * 0.2)  # anywhere in the next chunk, its checkpoint's save included
     os.kill(killed.pid, signal.SIGKILL)
     killed.communicate()
