@@ -109,8 +109,7 @@ def pytest_collection_finish(session):
     on a fresh machine: when this session runs any of them and chromium is missing, its
     install starts now, in the background, so it overlaps the tests that come first. The
     ``chromium`` fixture then waits on the lock, and reports a failure itself."""
-    if find_chromium() is None and _apt_prefix() is not None \
-            and any("chromium" in getattr(item, "fixturenames", ()) for item in session.items):
+    if find_chromium() is None and any("chromium" in getattr(item, "fixturenames", ()) for item in session.items):
         threading.Thread(target=_apt_install_chromium, name="chromium-install", daemon=True).start()
 
 
