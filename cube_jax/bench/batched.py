@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import sys
-from typing import Any, Dict, List, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import jax
 import jax.numpy as jnp
@@ -29,6 +29,8 @@ class TaskResult:
     episodes: List[Dict[str, Any]]
     actions: List[np.ndarray]  # int8[T_i, N] each, the played steps only
     planned: int
+    # a learner's training wall over its seeds, each run's own count across every resume of it
+    training_seconds: Optional[float] = None
 
 
 def test_indices(t: suite.Task, episodes: int) -> Tuple[np.ndarray, np.ndarray]:

@@ -341,6 +341,8 @@ class Runner:
         self.folder.finished(t.name)
         prov = entry["provenance"]
         prov["wall_seconds"] = round(prov.get("wall_seconds", 0.0) + time.perf_counter() - t0, 2)
+        if result.training_seconds is not None:  # every resumed session's training, which wall_seconds misses
+            prov["training_seconds"] = round(prov.get("training_seconds", 0.0) + result.training_seconds, 2)
         if "tokens" in entry["tasks"][t.name]:
             prov["tokens"] = {k: sum(r.get("tokens", {}).get(k, 0) for r in entry["tasks"].values())
                               for k in TOKEN_COUNTS}

@@ -66,12 +66,13 @@ def train_run(t: suite.Task, contender, seed: int, run_dir: Path) -> Dict[str, A
 
 def train_and_play(t: suite.Task, contender, work: Path, episodes: int, progress: bool = True) -> TaskResult:
     """Every training seed's run on ``t`` (kept under ``work/train/``), then its policy's test episodes."""
-    records, actions = [], []
+    records, actions, trained = [], [], 0.0
     for run, seed in enumerate(contender.seeds):
         run_dir = work / "train" / t.name / f"seed-{seed}"
         summary = train_run(t, contender, seed, run_dir)
         log.info("%s seed %d: %s env steps in %.0f s", t.name, seed, f"{summary['env_steps']:,}",
                  summary["wall_seconds"])
+        trained += float(summary["wall_seconds"])
         checkpoint = str(run_dir / "checkpoint")
         member = Member("policy", checkpoint, (("checkpoint", checkpoint),))
         played = play_team(t, [member] * t.num_agents, episodes, progress, run=run)
@@ -80,4 +81,4 @@ def train_and_play(t: suite.Task, contender, work: Path, episodes: int, progress
             e["env_steps"] = int(summary["env_steps"])
         records += played.episodes
         actions += played.actions
-    return TaskResult(records, actions, episodes)
+    return TaskResult(records, actions, episodes, training_seconds=trained)

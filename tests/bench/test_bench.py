@@ -494,6 +494,10 @@ def test_a_learner_trains_at_its_budget_then_plays_greedy_and_sampled(tmp_path, 
     assert easy["aggregates"]["greedy"]["count"] == 2
     # exactly the budget, in whole updates of 8 envs x 8 steps: 2 updates
     assert {e["env_steps"] for e in easy["episodes"]} == {128}
+    # the training wall of every seed, as its run counts it across resumes
+    walls = [json.loads((out / "work" / "train" / "easy" / f"seed-{k}" / "summary.json").read_text())["wall_seconds"]
+             for k in (0, 1)]
+    assert entry["provenance"]["training_seconds"] == round(sum(walls), 2) > 0
     assert len(easy["episodes"]) == 2 * 2 * 3
     assert verify(out).tasks["easy"]["replayed"] == 12
 
