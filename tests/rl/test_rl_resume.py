@@ -96,6 +96,11 @@ def test_a_run_killed_and_resumed_ends_where_the_uninterrupted_run_ends(algo, tm
     assert differing == [], f"{algo}: runner leaves differ after the resume: {differing[:8]}"
     assert metric_rows(tmp_path / "killed") == metric_rows(tmp_path / "full")
     assert len(metric_rows(tmp_path / "full")) == UPDATES
+    # the resumed run's clock goes on from the rows it kept: its summary counts both sessions
+    # (a benchmark entry's provenance.training_seconds sums these)
+    walls = [json.loads(line)["wall_seconds"] for line in metrics.read_text().splitlines()]
+    assert walls == sorted(walls)
+    assert json.loads((tmp_path / "killed" / "summary.json").read_text())["wall_seconds"] >= walls[-1]
 
 
 def _fake_checkpoint(folder: Path, update: int) -> Path:
